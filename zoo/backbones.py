@@ -1,0 +1,96 @@
+"""Feature extractors: a batch of images ``[n, C, H, W]`` to features ``[n, feature_dim]``.
+
+``conv4`` and ``conv4s`` are the four-block ConvNets of the few-shot literature (64 filters, 3x3,
+BatchNorm, ReLU, 2x2 max-pool): 1600-d on 84x84 images, 64-d on 28x28. ``resnet10`` and
+``resnet18`` are torchvision's ResNet with its classifier removed (512-d).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+class Backbone(nn.Module):
+    """An ``nn.Module`` with a declared ``feature_dim``."""
+
+    feature_dim: int
+
+
+def _probe_dim(body: nn.Module, in_channels: int, image_size: int) -> int:
+    was_training = body.training
+    body.eval()
+    with torch.no_grad():
+        d = body(torch.zeros(1, in_channels, image_size, image_size)).flatten(1).shape[1]
+    body.train(was_training)
+    return d
+
+
+class ConvNet(Backbone):
+    def __init__(self, in_channels: int, image_size: int, depth: int = 4, width: int = 64):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for i in range(depth):
+            layers += [nn.Conv2d(in_channels if i == 0 else width, width, 3, padding=1),
+                       nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+        self.body = nn.Sequential(*layers, nn.Flatten())
+        self.feature_dim = _probe_dim(self.body, in_channels, image_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+class ResNet(Backbone):
+    def __init__(self, in_channels: int, image_size: int, layers: Sequence[int]):
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock
+        from torchvision.models.resnet import ResNet as TVResNet
+
+        net = TVResNet(BasicBlock, list(layers))
+        if in_channels != 3:
+            net.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+        net.fc = nn.Identity()
+        self.body = net
+        self.feature_dim = 512
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+class MLP(Backbone):
+    def __init__(self, in_channels: int, image_size: int, hidden: Sequence[int] = (256, 128)):
+        super().__init__()
+        dims = [in_channels * image_size * image_size, *hidden]
+        layers: list[nn.Module] = [nn.Flatten()]
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = dims[-1]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+def conv4(in_channels: int = 3, image_size: int = 84, **options) -> Backbone:
+    return ConvNet(in_channels, image_size, **options)
+
+
+def conv4s(in_channels: int = 1, image_size: int = 28, **options) -> Backbone:
+    return ConvNet(in_channels, image_size, **options)
+
+
+def resnet10(in_channels: int = 3, image_size: int = 224) -> Backbone:
+    return ResNet(in_channels, image_size, (1, 1, 1, 1))
+
+
+def resnet18(in_channels: int = 3, image_size: int = 224) -> Backbone:
+    return ResNet(in_channels, image_size, (2, 2, 2, 2))
+
+
+def mlp(in_channels: int = 1, image_size: int = 28, **options) -> Backbone:
+    return MLP(in_channels, image_size, **options)
+
+
+BUILTIN = {"conv4": conv4, "conv4s": conv4s, "resnet10": resnet10, "resnet18": resnet18, "mlp": mlp}

@@ -1,0 +1,133 @@
+"""What a few-shot data set is: classes with fixed split lists, and a way to gather examples.
+
+Two implementations cover every data set in the zoo: :class:`TensorDataset` keeps all images in
+one tensor (small sets; movable to the GPU so episodes are sampled on the device) and
+:class:`FileDataset` reads image files on demand (CUB, mini-ImageNet).
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import platformdirs
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch import Tensor
+
+from zoo.errors import EpisodeError, ZooError
+
+SPLITS = ("train", "val", "test")
+
+
+def data_root(data_dir: str | os.PathLike | None = None) -> Path:
+    """Where data files live: ``data_dir``, else ``$ZOO_DATA``, else the user's cache directory."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    if os.environ.get("ZOO_DATA"):
+        return Path(os.environ["ZOO_DATA"]).expanduser()
+    return Path(platformdirs.user_cache_dir("zoo")) / "data"
+
+
+def cache_root() -> Path:
+    """Where derived files (rendered glyphs, decoded tensors) are cached; ``$ZOO_CACHE`` overrides."""
+    if os.environ.get("ZOO_CACHE"):
+        return Path(os.environ["ZOO_CACHE"]).expanduser()
+    return Path(platformdirs.user_cache_dir("zoo")) / "cache"
+
+
+class FewShotDataset(ABC):
+    """Classes with examples, and the fixed class lists of each split.
+
+    Subclasses set ``name``, ``in_channels``, ``image_size``, ``class_names`` (every class, in a
+    fixed order), ``class_sizes`` (LongTensor, examples per class) and ``splits`` (split name ->
+    class indices), and implement :meth:`gather`.
+    """
+
+    name: str
+    in_channels: int
+    image_size: int
+    task: str = "classification"
+    class_names: list[str]
+    class_sizes: Tensor
+    splits: Mapping[str, Sequence[int]]
+
+    def split_classes(self, split: str) -> Tensor:
+        if split not in self.splits:
+            raise EpisodeError(f"data set {self.name!r} has no split {split!r}; "
+                               f"its splits are {sorted(self.splits)}")
+        return torch.as_tensor(list(self.splits[split]), dtype=torch.long)
+
+    @abstractmethod
+    def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
+        """Images ``[way, k, C, H, W]`` for class indices ``[way]`` and example indices ``[way, k]``."""
+
+    def to(self, device: torch.device | str) -> FewShotDataset:
+        """Move what can be moved to ``device`` (in place); file-backed sets stay on the host."""
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def describe(self) -> dict:
+        return {"name": self.name, "image_size": self.image_size, "in_channels": self.in_channels,
+                "classes": {s: len(c) for s, c in self.splits.items()}}
+
+
+class TensorDataset(FewShotDataset):
+    """All examples in one tensor, sorted by class: class ``c`` is rows ``offsets[c]:offsets[c+1]``."""
+
+    def __init__(self, name: str, images: Tensor, labels: Tensor, class_names: Sequence[str],
+                 splits: Mapping[str, Sequence[int]]):
+        if images.ndim != 4:
+            raise ValueError(f"images must be [N, C, H, W], got shape {tuple(images.shape)}")
+        order = torch.argsort(labels, stable=True)
+        self.images, labels = images[order].contiguous(), labels[order]
+        self.name, self.class_names = name, list(class_names)
+        self.in_channels, self.image_size = images.shape[1], images.shape[-1]
+        self.class_sizes = torch.bincount(labels, minlength=len(self.class_names))
+        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), self.class_sizes.cumsum(0)])
+        self.splits = {k: list(v) for k, v in splits.items()}
+
+    def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
+        rows = self.offsets.to(examples.device)[classes][:, None] + examples
+        return self.images[rows.to(self.images.device)]
+
+    def to(self, device: torch.device | str) -> TensorDataset:
+        self.images = self.images.to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+
+def read_image(path: Path, mode: str) -> Image.Image:
+    """Open an image file, or say which file is broken and what to do."""
+    try:
+        with Image.open(path) as im:
+            return im.convert(mode)
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ZooError(f"cannot read image {path}: {exc}; delete it and download the data set "
+                       "again, or point --data-dir at an intact copy") from exc
+
+
+class FileDataset(FewShotDataset):
+    """Examples read from image files on demand, through a per-protocol transform."""
+
+    def __init__(self, name: str, files: Sequence[Sequence[Path]], class_names: Sequence[str],
+                 splits: Mapping[str, Sequence[int]], transform: Callable[[Image.Image], Tensor],
+                 image_size: int, in_channels: int = 3):
+        self.name, self.files, self.class_names = name, [list(f) for f in files], list(class_names)
+        self.class_sizes = torch.tensor([len(f) for f in self.files], dtype=torch.long)
+        self.splits = {k: list(v) for k, v in splits.items()}
+        self.transform, self.image_size, self.in_channels = transform, image_size, in_channels
+
+    def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
+        mode = "L" if self.in_channels == 1 else "RGB"
+        rows = [torch.stack([self.transform(read_image(self.files[int(c)][int(i)], mode))
+                             for i in ex]) for c, ex in zip(classes, examples)]
+        return torch.stack(rows)

@@ -1,0 +1,125 @@
+"""Episodes and the sampler that makes each one a pure function of its coordinates.
+
+An episode is determined by (base seed, data set, split, way, shot, query, index): the sampler
+hashes these into a per-episode seed that feeds a local ``torch.Generator``; the global RNG is
+never touched. Every method therefore sees bit-identical test episodes, in any process, and
+per-episode results can be compared pairwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from zoo.errors import EpisodeError
+
+if TYPE_CHECKING:
+    from zoo.data.base import FewShotDataset
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One few-shot task. Classification labels are ``0..way-1``; regression labels are floats.
+
+    For regression the support is the context set and the query is the target set.
+    """
+
+    support_x: Tensor
+    support_y: Tensor
+    query_x: Tensor
+    query_y: Tensor
+    way: int
+    shot: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return "regression" if self.support_y.is_floating_point() else "classification"
+
+    @property
+    def query(self) -> int:
+        """Queries per class (classification) or target points (regression)."""
+        n = self.query_y.shape[0]
+        return n // self.way if self.task == "classification" else n
+
+    @property
+    def id(self) -> str:
+        i = self.info
+        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
+
+    def to(self, device: torch.device | str) -> Episode:
+        return replace(self, support_x=self.support_x.to(device), support_y=self.support_y.to(device),
+                       query_x=self.query_x.to(device), query_y=self.query_y.to(device))
+
+
+def episode_seed(seed: int, dataset: str, split: str, way: int, shot: int, query: int,
+                 index: int) -> int:
+    """A 63-bit seed that depends on every coordinate of the episode and on nothing else."""
+    key = json.dumps([int(seed), dataset, split, int(way), int(shot), int(query), int(index)])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+class EpisodeSampler:
+    """Draws ``way``-way ``shot``-shot episodes with ``query`` queries per class from one split."""
+
+    def __init__(self, dataset: FewShotDataset, split: str, way: int, shot: int, query: int,
+                 seed: int = 0):
+        if min(way, shot, query) < 1:
+            raise EpisodeError(f"way, shot and query must be positive, got way={way}, "
+                               f"shot={shot}, query={query}")
+        self.dataset, self.split = dataset, split
+        self.way, self.shot, self.query, self.seed = int(way), int(shot), int(query), int(seed)
+        self.classes = dataset.split_classes(split)  # LongTensor of class indices, fixed order
+        n = len(self.classes)
+        if way > n:
+            raise EpisodeError(
+                f"split {split!r} of data set {dataset.name!r} has {n} classes, but way={way}: "
+                f"use --way {n} or less, or a data set with more classes")
+        sizes = dataset.class_sizes[self.classes]
+        smallest = int(sizes.argmin())
+        if shot + query > int(sizes[smallest]):
+            raise EpisodeError(
+                f"class {dataset.class_names[int(self.classes[smallest])]!r} in split {split!r} of "
+                f"{dataset.name!r} has {int(sizes[smallest])} examples, but shot + query = "
+                f"{shot + query}: lower --shot or --query")
+        self._sizes = sizes
+
+    def seed_for(self, index: int) -> int:
+        return episode_seed(self.seed, self.dataset.name, self.split, self.way, self.shot,
+                            self.query, index)
+
+    def __getitem__(self, index: int) -> Episode:
+        seed = self.seed_for(index)
+        g = torch.Generator().manual_seed(seed)
+        pick = torch.randperm(len(self.classes), generator=g)[: self.way]
+        classes = self.classes[pick]
+        k = self.shot + self.query
+        # One draw for all classes: a random key per example, keys past a class's size pushed
+        # behind every real one, so the k smallest keys are k distinct examples of that class.
+        sizes = self._sizes[pick]
+        keys = torch.rand((self.way, int(sizes.max())), generator=g)
+        keys[torch.arange(keys.shape[1]) >= sizes[:, None]] = 2.0
+        examples = keys.argsort(dim=1)[:, :k]
+        x = self.dataset.gather(classes, examples)  # [way, k, ...]
+        labels = torch.arange(self.way, device=x.device)
+        return Episode(
+            support_x=x[:, : self.shot].reshape(self.way * self.shot, *x.shape[2:]),
+            support_y=labels.repeat_interleave(self.shot),
+            query_x=x[:, self.shot:].reshape(self.way * self.query, *x.shape[2:]),
+            query_y=labels.repeat_interleave(self.query),
+            way=self.way, shot=self.shot,
+            info={"dataset": self.dataset.name, "split": self.split, "index": int(index),
+                  "seed": seed,
+                  "classes": [self.dataset.class_names[int(c)] for c in classes]},
+        )
+
+    def __iter__(self):
+        i = 0
+        while True:
+            yield self[i]
+            i += 1

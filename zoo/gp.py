@@ -1,0 +1,193 @@
+"""Shared Gaussian-process algebra, in float64, that never inverts the kernel matrix.
+
+The central object is :class:`SitePosterior`: the Gaussian ``q(f)`` proportional to a zero-mean
+prior ``N(f | 0, K)`` times Gaussian sites ``exp(nu_n f_n - lam_n f_n^2 / 2)`` with ``lam >= 0``.
+Every GP method in the zoo (mirror descent, gradient descent in natural form, Polya-Gamma Gibbs and
+mean field, exact Gaussian regression) reduces its inner loop to such sites. Following Rasmussen &
+Williams (Alg. 3.2), with ``S = diag(sqrt(lam))`` and ``B = I + S K S`` (eigenvalues >= 1),
+
+    Sigma = (K^-1 + diag(lam))^-1 = K - K S B^-1 S K,     m = Sigma nu = K a,
+    a = nu - S B^-1 S K nu,
+
+which stays stable when ``K`` is singular (cosine kernels on few features) and when some sites are
+empty (``lam = 0``). All functions batch over leading axes (one GP per class).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from zoo.errors import NumericalError
+
+log = logging.getLogger(__name__)
+DTYPE = torch.float64
+
+
+@dataclass
+class JitterPolicy:
+    """What to do when a Cholesky factorisation fails: add ``initial * mean(diag)`` to the diagonal,
+    grow it by ``factor`` up to ``max_tries`` times, count every use, then raise.
+
+    Never falls back to an identity or a pseudo-inverse silently; ``uses`` is reported in results.
+    """
+
+    initial: float = 1e-8
+    factor: float = 10.0
+    max_tries: int = 6
+    uses: int = 0
+
+    def cholesky(self, A: Tensor, what: str = "matrix", episode: str | None = None) -> Tensor:
+        where = f" in episode {episode}" if episode else ""
+        if not torch.isfinite(A).all():
+            raise NumericalError(f"{what}{where} has non-finite entries; check the features "
+                                 "(NaN or inf from the backbone) and the learning rate")
+        L, info = torch.linalg.cholesky_ex(A)
+        if not info.any():
+            return L
+        scale = torch.diagonal(A, dim1=-2, dim2=-1).abs().mean(-1, keepdim=True).clamp_min(1e-12)
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        jitter = self.initial
+        for _ in range(self.max_tries):
+            self.uses += 1
+            L, info = torch.linalg.cholesky_ex(A + (jitter * scale)[..., None] * eye)
+            if not info.any():
+                log.debug("jitter %.1e made %s%s positive definite", jitter, what, where)
+                return L
+            jitter *= self.factor
+        raise NumericalError(f"{what}{where} is not positive definite even with relative jitter "
+                             f"{jitter / self.factor:.1e}; the kernel may be degenerate for these "
+                             "features (try another kernel or a smaller learning rate)")
+
+
+DEFAULT_JITTER = JitterPolicy()
+
+
+def _bdiag(v: Tensor) -> Tensor:
+    return torch.diag_embed(v)
+
+
+class SitePosterior:
+    """``q(f) ∝ N(f | 0, K) prod_n exp(nu_n f_n - lam_n f_n^2 / 2)``, batched over leading axes.
+
+    ``K``: ``[..., n, n]``; ``lam``, ``nu``: ``[..., n]`` with ``lam >= 0``.
+    """
+
+    def __init__(self, K: Tensor, lam: Tensor, nu: Tensor, jitter: JitterPolicy | None = None,
+                 episode: str | None = None):
+        self.K = K.to(DTYPE)
+        lam, nu = lam.to(DTYPE), nu.to(DTYPE)
+        if (lam < 0).any():
+            raise NumericalError("site precisions must be non-negative")
+        self.n = self.K.shape[-1]
+        self.s = lam.sqrt()
+        SKS = self.s[..., :, None] * self.K * self.s[..., None, :]
+        eye = torch.eye(self.n, dtype=DTYPE, device=self.K.device)
+        self.L = (jitter or DEFAULT_JITTER).cholesky(eye + SKS, "B = I + S K S", episode)
+        Knu = (self.K @ nu[..., None])[..., 0]
+        corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
+        self.alpha = nu - self.s * corr
+
+    @property
+    def mean(self) -> Tensor:
+        return (self.K @ self.alpha[..., None])[..., 0]
+
+    def _V(self, Kxs: Tensor) -> Tensor:
+        """``L^-1 S Kxs`` so that ``Kxs^T S B^-1 S Kxs = V^T V``."""
+        return torch.linalg.solve_triangular(self.L, self.s[..., :, None] * Kxs, upper=False)
+
+    @property
+    def cov(self) -> Tensor:
+        V = self._V(self.K)
+        return self.K - V.transpose(-1, -2) @ V
+
+    @property
+    def var(self) -> Tensor:
+        V = self._V(self.K)
+        return torch.diagonal(self.K, dim1=-2, dim2=-1) - V.pow(2).sum(-2)
+
+    def predict(self, Kxs: Tensor, kss: Tensor) -> tuple[Tensor, Tensor]:
+        """Predictive marginals at test points: ``Kxs`` = k(train, test) ``[..., n, m]``, ``kss``
+        = prior variances ``[..., m]``. Returns mean and variance, each ``[..., m]``."""
+        Kxs, kss = Kxs.to(DTYPE), kss.to(DTYPE)
+        mean = (Kxs.transpose(-1, -2) @ self.alpha[..., None])[..., 0]
+        var = kss - self._V(Kxs).pow(2).sum(-2)
+        return mean, var.clamp_min(1e-12)
+
+    @property
+    def logdet_B(self) -> Tensor:
+        return 2 * torch.log(torch.diagonal(self.L, dim1=-2, dim2=-1)).sum(-1)
+
+    def kl_to_prior(self) -> Tensor:
+        """KL(q || N(0, K)) = (tr B^-1 + a.m - n + log|B|) / 2, with no inverse of K."""
+        eye = torch.eye(self.n, dtype=DTYPE, device=self.K.device).expand_as(self.L)
+        Linv = torch.linalg.solve_triangular(self.L, eye, upper=False)
+        trace = Linv.pow(2).sum((-2, -1))
+        quad = (self.alpha * self.mean).sum(-1)
+        return 0.5 * (trace + quad - self.n + self.logdet_B)
+
+
+def gaussian_log_marginal(K: Tensor, y: Tensor, noise: Tensor | float,
+                          jitter: JitterPolicy | None = None, episode: str | None = None) -> Tensor:
+    """``log N(y | 0, K + noise I)`` (R&W Alg. 2.1), batched over leading axes."""
+    K, y = K.to(DTYPE), y.to(DTYPE)
+    n = K.shape[-1]
+    eye = torch.eye(n, dtype=DTYPE, device=K.device)
+    noise = torch.as_tensor(noise, dtype=DTYPE, device=K.device)
+    L = (jitter or DEFAULT_JITTER).cholesky(K + noise[..., None, None] * eye, "K + noise I", episode)
+    alpha = torch.cholesky_solve(y[..., None], L)[..., 0]
+    return (-0.5 * (y * alpha).sum(-1) - torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+            - 0.5 * n * math.log(2 * math.pi))
+
+
+# -- conversions between the three parameterisations of a univariate Gaussian ---------------------
+
+def natural_from_moments(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+    """``(m, v) -> (eta1, eta2) = (m / v, -1 / (2 v))``."""
+    return mean / var, -0.5 / var
+
+
+def moments_from_natural(eta1: Tensor, eta2: Tensor) -> tuple[Tensor, Tensor]:
+    """``(eta1, eta2) -> (m, v) = (-eta1 / (2 eta2), -1 / (2 eta2))``."""
+    return -0.5 * eta1 / eta2, -0.5 / eta2
+
+
+def expectation_from_moments(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+    """``(m, v) -> (mu1, mu2) = (E f, E f^2) = (m, v + m^2)``: the mean parameters."""
+    return mean, var + mean**2
+
+
+def moments_from_expectation(mu1: Tensor, mu2: Tensor) -> tuple[Tensor, Tensor]:
+    return mu1, mu2 - mu1**2
+
+
+# -- expectations under per-point Gaussian marginals ----------------------------------------------
+
+def standard_normal_draws(n: int, dim: int, *, method: str = "sobol", seed: int = 0,
+                          device: torch.device | str | None = None) -> Tensor:
+    """``[n, dim]`` standard normal draws for expectations ``E_q[g(f)]`` with ``f ~ N(m, diag v)``.
+
+    ``sobol``: scrambled Sobol points mapped through the normal quantile, made antithetic (the
+    second half is the negation of the first), so odd moments cancel exactly and the error of
+    smooth expectations falls nearly as 1/n; ``mc``: plain pseudo-random draws. Deterministic in
+    ``seed``.
+    """
+    if method == "mc":
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(n, dim, generator=g, dtype=DTYPE).to(device)
+    if method != "sobol":
+        raise ValueError(f"unknown draw method {method!r}; use 'sobol' or 'mc'")
+    half = (n + 1) // 2
+    u = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed).draw(half, dtype=DTYPE)
+    z = torch.special.ndtri(u.clamp(1e-10, 1 - 1e-10))
+    return torch.cat([z, -z])[:n].to(device)
+
+
+def expected_softmax(mean: Tensor, var: Tensor, draws: Tensor) -> Tensor:
+    """``E[softmax(f)]`` for ``f ~ N(mean, diag var)``; ``mean, var: [..., C]``, ``draws: [S, C]``."""
+    f = mean[..., None, :] + var.clamp_min(0).sqrt()[..., None, :] * draws
+    return torch.softmax(f, dim=-1).mean(-2)

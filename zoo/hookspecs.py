@@ -1,0 +1,68 @@
+"""The hooks a zoo plugin may implement.
+
+Every hook receives a ``register`` callable and adds components with it; hooks are additive and
+return nothing. Built-in components are registered through these same hooks (``zoo.builtins``).
+
+A plugin module looks like::
+
+    import zoo
+
+    @zoo.hookimpl
+    def zoo_register_methods(register):
+        register(MyMethod)            # the name is MyMethod.name
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+PROJECT = "zoo"
+ENTRY_POINT_GROUP = "zoo.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+Register = Callable[..., Any]
+
+
+@hookspec
+def zoo_register_methods(register: Register) -> None:
+    """Register :class:`zoo.Method` subclasses: ``register(cls)``; the name is ``cls.name``."""
+
+
+@hookspec
+def zoo_register_backbones(register: Register) -> None:
+    """Register backbone factories: ``register(name, factory)``.
+
+    ``factory(in_channels, image_size, **options) -> zoo.Backbone``.
+    """
+
+
+@hookspec
+def zoo_register_kernels(register: Register) -> None:
+    """Register kernel classes: ``register(name, cls)``; ``cls(feature_dim, batch_shape, **options)``."""
+
+
+@hookspec
+def zoo_register_datasets(register: Register) -> None:
+    """Register data set factories: ``register(name, factory)``.
+
+    ``factory(data_dir=None, download=True, **options) -> zoo.data.FewShotDataset``.
+    """
+
+
+@hookspec
+def zoo_register_suites(register: Register) -> None:
+    """Register benchmark suites: ``register(name, path_to_toml)`` or ``register(name, dict)``."""
+
+
+HOOKS: dict[str, str] = {
+    "methods": "zoo_register_methods",
+    "backbones": "zoo_register_backbones",
+    "kernels": "zoo_register_kernels",
+    "datasets": "zoo_register_datasets",
+    "suites": "zoo_register_suites",
+}

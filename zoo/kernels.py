@@ -1,0 +1,164 @@
+"""Covariance functions on features, batched over a leading class (or episode) axis.
+
+A kernel built with ``batch_shape=(C,)`` has one set of hyper-parameters per class and maps
+features ``[n, d]`` (shared) or ``[C, n, d]`` to ``[C, n1, n2]``; ``batch_shape=()`` shares them.
+Positive hyper-parameters are stored as softplus pre-images.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _inv_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class Kernel(nn.Module):
+    """``k(x1, x2) = outputscale * base(x1, x2)``; subclasses define ``base`` and its diagonal."""
+
+    def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), outputscale: float = 1.0,
+                 learn_outputscale: bool = True):
+        super().__init__()
+        self.feature_dim, self.batch_shape = feature_dim, torch.Size(batch_shape)
+        raw = torch.full(self.batch_shape, _inv_softplus(outputscale))
+        self.raw_outputscale = nn.Parameter(raw, requires_grad=learn_outputscale)
+
+    def _positive(self, raw: Tensor) -> Tensor:
+        return F.softplus(raw)[(...,) + (None,) * 2]  # [*batch, 1, 1] for broadcasting
+
+    @property
+    def outputscale(self) -> Tensor:
+        return F.softplus(self.raw_outputscale)
+
+    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Per-kernel feature transform, applied before ``base`` (identity by default)."""
+        return x1, x1 if x2 is None else x2
+
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def base_diag(self, x: Tensor) -> Tensor:
+        return torch.diagonal(self.base(x, x), dim1=-2, dim2=-1)
+
+    def forward(self, x1: Tensor, x2: Tensor | None = None) -> Tensor:
+        z1, z2 = self.embed(x1, x2)
+        return self._positive(self.raw_outputscale) * self.base(z1, z2)
+
+    def diag(self, x: Tensor) -> Tensor:
+        z, _ = self.embed(x, None)
+        return self._positive(self.raw_outputscale)[..., 0] * self.base_diag(z)
+
+    def extra_repr(self) -> str:
+        return f"feature_dim={self.feature_dim}, batch_shape={tuple(self.batch_shape)}"
+
+
+def _sqdist(x1: Tensor, x2: Tensor) -> Tensor:
+    d = (x1.pow(2).sum(-1)[..., :, None] + x2.pow(2).sum(-1)[..., None, :]
+         - 2 * x1 @ x2.transpose(-1, -2))
+    return d.clamp_min(0)
+
+
+class LinearKernel(Kernel):
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return x1 @ x2.transpose(-1, -2)
+
+    def base_diag(self, x: Tensor) -> Tensor:
+        return x.pow(2).sum(-1)
+
+
+class CosineKernel(Kernel):
+    """Inner product of L2-normalised features."""
+
+    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
+        z1 = F.normalize(x1, dim=-1)
+        return z1, z1 if x2 is None else F.normalize(x2, dim=-1)
+
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return x1 @ x2.transpose(-1, -2)
+
+    def base_diag(self, x: Tensor) -> Tensor:
+        return x.pow(2).sum(-1)
+
+
+class BNCosineKernel(CosineKernel):
+    """DKT's ``bncossim``: BatchNorm1d over the features, then cosine.
+
+    In training mode both arguments are normalised with the statistics of their union, so that
+    ``k(S, Q)`` and ``k(S, S)`` see the same transform.
+    """
+
+    def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), **options):
+        super().__init__(feature_dim, batch_shape, **options)
+        self.bn = nn.BatchNorm1d(feature_dim)
+
+    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
+        if x2 is None:
+            z = self.bn(x1)
+            return super().embed(z, None)
+        z = self.bn(torch.cat([x1, x2]))
+        return super().embed(z[: len(x1)], z[len(x1):])
+
+
+class RBFKernel(Kernel):
+    def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), lengthscale: float = 1.0,
+                 **options):
+        super().__init__(feature_dim, batch_shape, **options)
+        self.raw_lengthscale = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(lengthscale)))
+
+    @property
+    def lengthscale(self) -> Tensor:
+        return F.softplus(self.raw_lengthscale)
+
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return torch.exp(-0.5 * _sqdist(x1, x2) / self._positive(self.raw_lengthscale) ** 2)
+
+    def base_diag(self, x: Tensor) -> Tensor:
+        return x.new_ones(torch.broadcast_shapes(self.batch_shape + (1,), x.shape[:-1]))
+
+
+class MaternKernel(RBFKernel):
+    """Matern with smoothness ``nu`` in {0.5, 1.5, 2.5}."""
+
+    def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), nu: float = 2.5, **options):
+        if nu not in (0.5, 1.5, 2.5):
+            raise ValueError(f"Matern nu must be 0.5, 1.5 or 2.5, got {nu}")
+        super().__init__(feature_dim, batch_shape, **options)
+        self.nu = nu
+
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        r = torch.sqrt(_sqdist(x1, x2) + 1e-12) / self._positive(self.raw_lengthscale)
+        s = math.sqrt(2 * self.nu) * r
+        poly = {0.5: 1.0, 1.5: 1 + s, 2.5: 1 + s + s**2 / 3}[self.nu]
+        return poly * torch.exp(-s)
+
+
+class PolynomialKernel(Kernel):
+    """``(x1 . x2 + c)^order`` with a learnable offset ``c >= 0``; ``normalize`` L2-normalises first."""
+
+    def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), order: int = 2,
+                 offset: float = 1.0, normalize: bool = False, **options):
+        super().__init__(feature_dim, batch_shape, **options)
+        self.order, self.normalize = int(order), normalize
+        self.raw_offset = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(offset)))
+
+    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
+        if not self.normalize:
+            return super().embed(x1, x2)
+        z1 = F.normalize(x1, dim=-1)
+        return z1, z1 if x2 is None else F.normalize(x2, dim=-1)
+
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return (x1 @ x2.transpose(-1, -2) + self._positive(self.raw_offset)) ** self.order
+
+    def base_diag(self, x: Tensor) -> Tensor:
+        return (x.pow(2).sum(-1) + F.softplus(self.raw_offset)[..., None]) ** self.order
+
+
+BUILTIN = {"linear": LinearKernel, "cosine": CosineKernel, "bncosine": BNCosineKernel,
+           "rbf": RBFKernel, "polynomial": PolynomialKernel, "matern": MaternKernel}
