@@ -36,23 +36,35 @@ class Kernel(nn.Module):
     def outputscale(self) -> Tensor:
         return F.softplus(self.raw_outputscale)
 
-    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Per-kernel feature transform, applied before ``base`` (identity by default)."""
-        return x1, x1 if x2 is None else x2
+    def prepare(self, x: Tensor) -> Tensor:
+        """Per-kernel feature transform (identity by default; L2 normalisation, BatchNorm).
 
-    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        Apply it once to all points of an episode, then use :meth:`gram` on the parts, so that
+        every block of the kernel matrix sees the same transform (and batch statistics)."""
+        return x
+
+    def base(self, z1: Tensor, z2: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def base_diag(self, x: Tensor) -> Tensor:
-        return torch.diagonal(self.base(x, x), dim1=-2, dim2=-1)
+    def base_diag(self, z: Tensor) -> Tensor:
+        return torch.diagonal(self.base(z, z), dim1=-2, dim2=-1)
 
-    def forward(self, x1: Tensor, x2: Tensor | None = None) -> Tensor:
-        z1, z2 = self.embed(x1, x2)
+    def gram(self, z1: Tensor, z2: Tensor) -> Tensor:
+        """``[*batch, n1, n2]`` from prepared features."""
         return self._positive(self.raw_outputscale) * self.base(z1, z2)
 
-    def diag(self, x: Tensor) -> Tensor:
-        z, _ = self.embed(x, None)
+    def gram_diag(self, z: Tensor) -> Tensor:
         return self._positive(self.raw_outputscale)[..., 0] * self.base_diag(z)
+
+    def forward(self, x1: Tensor, x2: Tensor | None = None) -> Tensor:
+        if x2 is None:
+            z = self.prepare(x1)
+            return self.gram(z, z)
+        z = self.prepare(torch.cat([x1, x2], dim=-2))
+        return self.gram(z[..., : x1.shape[-2], :], z[..., x1.shape[-2]:, :])
+
+    def diag(self, x: Tensor) -> Tensor:
+        return self.gram_diag(self.prepare(x))
 
     def extra_repr(self) -> str:
         return f"feature_dim={self.feature_dim}, batch_shape={tuple(self.batch_shape)}"
@@ -75,9 +87,8 @@ class LinearKernel(Kernel):
 class CosineKernel(Kernel):
     """Inner product of L2-normalised features."""
 
-    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
-        z1 = F.normalize(x1, dim=-1)
-        return z1, z1 if x2 is None else F.normalize(x2, dim=-1)
+    def prepare(self, x: Tensor) -> Tensor:
+        return F.normalize(x, dim=-1)
 
     def base(self, x1: Tensor, x2: Tensor) -> Tensor:
         return x1 @ x2.transpose(-1, -2)
@@ -87,22 +98,14 @@ class CosineKernel(Kernel):
 
 
 class BNCosineKernel(CosineKernel):
-    """DKT's ``bncossim``: BatchNorm1d over the features, then cosine.
-
-    In training mode both arguments are normalised with the statistics of their union, so that
-    ``k(S, Q)`` and ``k(S, S)`` see the same transform.
-    """
+    """DKT's ``bncossim``: BatchNorm1d over the features, then cosine."""
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), **options):
         super().__init__(feature_dim, batch_shape, **options)
         self.bn = nn.BatchNorm1d(feature_dim)
 
-    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
-        if x2 is None:
-            z = self.bn(x1)
-            return super().embed(z, None)
-        z = self.bn(torch.cat([x1, x2]))
-        return super().embed(z[: len(x1)], z[len(x1):])
+    def prepare(self, x: Tensor) -> Tensor:
+        return F.normalize(self.bn(x), dim=-1)
 
 
 class RBFKernel(Kernel):
@@ -147,11 +150,8 @@ class PolynomialKernel(Kernel):
         self.order, self.normalize = int(order), normalize
         self.raw_offset = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(offset)))
 
-    def embed(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
-        if not self.normalize:
-            return super().embed(x1, x2)
-        z1 = F.normalize(x1, dim=-1)
-        return z1, z1 if x2 is None else F.normalize(x2, dim=-1)
+    def prepare(self, x: Tensor) -> Tensor:
+        return F.normalize(x, dim=-1) if self.normalize else x
 
     def base(self, x1: Tensor, x2: Tensor) -> Tensor:
         return (x1 @ x2.transpose(-1, -2) + self._positive(self.raw_offset)) ** self.order

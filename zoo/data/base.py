@@ -64,6 +64,11 @@ class FewShotDataset(ABC):
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
         """Images ``[way, k, C, H, W]`` for class indices ``[way]`` and example indices ``[way, k]``."""
 
+    def fixed_episodes(self, split: str) -> list | None:
+        """For evaluation protocols made of fixed, published episodes (Lake's one-shot runs):
+        the list of :class:`~zoo.Episode`; ``None`` (the default) for sampled episodes."""
+        return None
+
     def to(self, device: torch.device | str) -> FewShotDataset:
         """Move what can be moved to ``device`` (in place); file-backed sets stay on the host."""
         return self
