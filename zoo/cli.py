@@ -102,7 +102,7 @@ def _load_subcommands() -> None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:  # a sub-package not written yet
-            if not module.startswith(f"{exc.name}."):
+            if exc.name != module and not module.startswith(f"{exc.name}."):
                 raise
 
 

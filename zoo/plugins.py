@@ -1,7 +1,8 @@
 """The plugin host: loads every ``zoo.plugins`` entry point in isolation and collects what it registers.
 
 A plugin that fails to import or to register is recorded with its error and skipped; nothing it
-registered before failing is kept. ``ZOO_STRICT_PLUGINS=1`` turns any failure into a
+registered before failing is kept. Entry points load in name order; a plugin that registers a
+name another plugin already holds is rejected whole. ``ZOO_STRICT_PLUGINS=1`` turns any failure into a
 :class:`~zoo.errors.PluginError`; ``ZOO_DISABLE_PLUGINS=a,b`` blocks plugins by entry-point name.
 """
 

@@ -1,0 +1,70 @@
+"""Metric formulas on hand-computed cases."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from zoo import metrics
+
+
+def test_mean_ci_is_196_sample_sd_over_root_n():
+    v = [0.2, 0.4, 0.6, 0.8]
+    mean, half = metrics.mean_ci(v)
+    assert mean == pytest.approx(0.5)
+    assert half == pytest.approx(1.959963984540054 * np.std(v, ddof=1) / 2)
+
+
+def test_paired_difference_uses_per_episode_differences():
+    a, b = [0.5, 0.6, 0.7], [0.4, 0.6, 0.5]
+    mean, half = metrics.paired_difference(a, b)
+    assert mean == pytest.approx(0.1)
+    assert half == pytest.approx(metrics.Z95 * np.std([0.1, 0.0, 0.2], ddof=1) / math.sqrt(3))
+    with pytest.raises(ValueError, match="same episodes"):
+        metrics.paired_difference([1.0], [1.0, 2.0])
+
+
+def test_ece_and_mce_by_hand():
+    # two bins used: (0.2, 0.2667] holds conf .25 (correct 0/2); (0.9333, 1] holds .95 (2/2 correct)
+    conf, correct = [0.25, 0.25, 0.95, 0.95], [0, 0, 1, 1]
+    ece, mce = metrics.ece_mce(conf, correct)
+    assert ece == pytest.approx(0.5 * 0.25 + 0.5 * 0.05)
+    assert mce == pytest.approx(0.25)
+    bins = metrics.reliability_bins(conf, correct)
+    assert bins.count.sum() == 4 and len(bins.count) == 15
+
+
+def test_bin_edges_are_right_closed():
+    bins = metrics.reliability_bins([1 / 15, 1.0, 0.0], [1, 1, 0])
+    assert bins.count[0] == 2 and bins.count[-1] == 1
+
+
+def test_perfect_calibration_has_zero_ece():
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0, 1, 200_000)
+    correct = rng.uniform(0, 1, conf.size) < conf
+    assert metrics.ece_mce(conf, correct)[0] < 0.01
+
+
+def test_nll_and_brier():
+    probs = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    y = torch.tensor([0, 1])
+    assert metrics.nll(probs, y) == pytest.approx(-(math.log(0.7) + math.log(0.1)) / 2)
+    assert metrics.brier(probs, y) == pytest.approx(((0.09 + 0.04 + 0.01) + (0.01 + 0.81 + 0.64)) / 2)
+
+
+def test_temperature_fit_recovers_the_generating_temperature():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(20_000, 5, generator=g) * 3
+    y = torch.multinomial(torch.softmax(logits / 2.5, -1), 1, generator=g)[:, 0]
+    t = metrics.fit_temperature(torch.log_softmax(logits, -1), y)
+    assert t == pytest.approx(2.5, rel=0.05)
+    p = metrics.apply_temperature(torch.softmax(logits, -1), t)
+    assert torch.allclose(p.sum(-1), torch.ones(len(p), dtype=p.dtype), atol=1e-6)
+
+
+def test_episode_record():
+    r = metrics.episode_record(torch.tensor([[0.9, 0.1], [0.3, 0.7]]), torch.tensor([0, 0]))
+    assert r["accuracy"] == 0.5 and r["correct"] == [1, 0]
+    assert r["confidence"] == pytest.approx([0.9, 0.7])

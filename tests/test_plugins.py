@@ -1,0 +1,217 @@
+"""The plugin host: isolation of broken plugins, strict and disable switches, the JSON contract,
+and a third-party plugin distribution built, installed for real, used and removed."""
+
+import importlib.metadata as md
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from zoo import plugins
+from zoo.errors import PluginError, UnknownNameError
+
+MODULES = {
+    "zt_good": """
+        import zoo
+        from zoo_protonet import ProtoNet
+
+        class Good(ProtoNet):
+            name = "good-method"
+
+        @zoo.hookimpl
+        def zoo_register_methods(register):
+            register(Good)
+
+        @zoo.hookimpl
+        def zoo_register_kernels(register):
+            from zoo.kernels import RBFKernel
+            register("good-rbf", RBFKernel)
+    """,
+    "zt_import_error": "import this_module_does_not_exist\n",
+    "zt_half_registers": """
+        import zoo
+        from zoo.kernels import LinearKernel
+
+        @zoo.hookimpl
+        def zoo_register_kernels(register):
+            register("half-kernel", LinearKernel)
+            raise RuntimeError("boom while registering")
+    """,
+    "zt_bad_name": """
+        import zoo
+
+        @zoo.hookimpl
+        def zoo_register_backbones(register):
+            register("Bad_Name", object)
+    """,
+    "zt_zz_duplicate": """
+        import zoo
+        from zoo_protonet import ProtoNet
+
+        @zoo.hookimpl
+        def zoo_register_methods(register):
+            register(ProtoNet)
+    """,
+}
+
+
+@pytest.fixture
+def fake_plugins(tmp_path, monkeypatch):
+    for name, source in MODULES.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    installed = list(md.entry_points(group="zoo.plugins"))
+    fakes = [md.EntryPoint(name.removeprefix("zt_").replace("_", "-"), name, "zoo.plugins")
+             for name in MODULES]
+    return installed + fakes
+
+
+def test_broken_plugins_are_recorded_and_skipped(fake_plugins):
+    reg = plugins.load(entry_points=fake_plugins, strict=False, disabled=())
+    by_name = {p.name: p for p in reg.plugins}
+    assert by_name["good"].error is None
+    assert by_name["good"].registered["methods"] == ["good-method"]
+    assert "ModuleNotFoundError" in by_name["import-error"].error
+    assert "boom while registering" in by_name["half-registers"].error
+    assert "lowercase" in by_name["bad-name"].error
+    assert "already registered by plugin 'protonet'" in by_name["zz-duplicate"].error
+    # nothing of a failed plugin is kept, everything else works
+    assert "half-kernel" not in reg.names("kernels")
+    assert {"good-method", "protonet"} <= set(reg.names("methods"))
+    assert reg.get("kernels", "good-rbf").__name__ == "RBFKernel"
+
+
+def test_strict_mode_makes_a_failure_fatal(fake_plugins):
+    with pytest.raises(PluginError, match="plugin 'bad-name' failed.*ZOO_STRICT_PLUGINS"):
+        plugins.load(entry_points=fake_plugins, strict=True, disabled=())
+
+
+def test_disabled_plugins_are_listed_but_not_loaded(fake_plugins, monkeypatch):
+    monkeypatch.setenv("ZOO_DISABLE_PLUGINS", "good, import-error")
+    monkeypatch.setenv("ZOO_STRICT_PLUGINS", "1")
+    fakes = [ep for ep in fake_plugins if ep.name in ("good", "import-error")]
+    reg = plugins.load(entry_points=fakes)
+    assert [p.disabled for p in reg.plugins if p.name != "zoo"] == [True, True]
+    with pytest.raises(UnknownNameError, match="unknown method 'good-method'"):
+        reg.get("methods", "good-method")
+
+
+def test_builtins_register_through_the_hooks():
+    core = plugins.load(entry_points=[]).plugins[0]
+    assert core.name == "zoo" and core.error is None
+    assert core.registered["backbones"] == ["conv4", "conv4s", "mlp", "resnet10", "resnet18"]
+    assert core.registered["kernels"] == ["bncosine", "cosine", "linear", "matern", "polynomial",
+                                          "rbf"]
+    assert {"glyphs", "digits"} <= set(core.registered["datasets"])
+
+
+def test_unknown_names_list_the_choices():
+    reg = plugins.registry()
+    with pytest.raises(UnknownNameError, match="unknown backbone 'conv5'; choose one of: conv4, "):
+        reg.get("backbones", "conv5")
+    from zoo import build_method
+
+    with pytest.raises(UnknownNameError, match="unknown method 'nope'.*protonet"):
+        build_method("nope", way=5, in_channels=1, image_size=28)
+
+
+def test_plugins_json_contract():
+    out = subprocess.run([sys.executable, "-m", "zoo.cli", "plugins", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    records = json.loads(out)
+    for r in records:
+        assert {"name", "distribution", "version", "hooks", "registered", "error"} <= set(r)
+        assert set(r["registered"]) == {"methods", "backbones", "kernels", "datasets", "suites"}
+        assert r["error"] is None, r
+    assert any("protonet" in r["registered"]["methods"] for r in records)
+    table = subprocess.run([sys.executable, "-m", "zoo.cli", "plugins"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "protonet" in table and "ok" in table
+
+
+THIRD_PARTY = {
+    "pyproject.toml": """
+        [build-system]
+        requires = ["setuptools>=68"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "zoo-nearest-mean"
+        version = "0.0.1"
+
+        [project.entry-points."zoo.plugins"]
+        nearest-mean = "zoo_nearest_mean"
+    """,
+    "zoo_nearest_mean/__init__.py": """
+        import torch
+        import zoo
+
+
+        class NearestMean(zoo.Method):
+            name = "nearest-mean"
+            defaults = {"scale": 10.0}
+
+            def logits(self, episode):
+                s, q = self.features(episode.support_x), self.features(episode.query_x)
+                means = torch.stack([s[episode.support_y == c].mean(0) for c in range(episode.way)])
+                return self.hparams["scale"] * torch.nn.functional.normalize(q, dim=-1) @ \\
+                    torch.nn.functional.normalize(means, dim=-1).T
+
+            def meta_loss(self, episode):
+                return torch.nn.functional.cross_entropy(self.logits(episode), episode.query_y)
+
+            def predict(self, episode):
+                return zoo.Prediction(torch.softmax(self.logits(episode), -1))
+
+
+        @zoo.hookimpl
+        def zoo_register_methods(register):
+            register(NearestMean)
+    """,
+}
+
+USE_IT = """
+import json, sys
+from zoo.plugins import registry
+from zoo.testing import check_method, toy_episode, build_for_tests
+names = registry().names("methods")
+if "nearest-mean" in names:
+    check_method("nearest-mean")
+    probs = build_for_tests("nearest-mean", 3).eval().predict(toy_episode(3, 2)).probs
+    print(json.dumps({"listed": True, "shape": list(probs.shape)}))
+else:
+    from zoo import build_method
+    try:
+        build_method("nearest-mean", way=3, in_channels=1, image_size=28)
+    except Exception as exc:
+        print(json.dumps({"listed": False, "error": str(exc)}))
+"""
+
+
+@pytest.mark.slow
+def test_third_party_plugin_installs_runs_and_uninstalls(tmp_path):
+    src, site = tmp_path / "src", tmp_path / "site"
+    for rel, text in THIRD_PARTY.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(textwrap.dedent(text))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--target", str(site), str(src)], check=True)
+    env = {**__import__("os").environ, "PYTHONPATH": str(site), "ZOO_STRICT_PLUGINS": "1"}
+
+    def use() -> dict:
+        out = subprocess.run([sys.executable, "-c", USE_IT], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    listing = subprocess.run([sys.executable, "-m", "zoo.cli", "plugins", "--json"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+    mine = [r for r in json.loads(listing) if r["name"] == "nearest-mean"]
+    assert mine and mine[0]["distribution"] == "zoo-nearest-mean" and mine[0]["version"] == "0.0.1"
+    assert mine[0]["registered"]["methods"] == ["nearest-mean"]
+    assert use() == {"listed": True, "shape": [6, 3]}
+
+    subprocess.run(["rm", "-rf", str(site)], check=True)  # uninstall: the distribution is gone
+    gone = use()
+    assert gone["listed"] is False and "unknown method 'nearest-mean'" in gone["error"]
