@@ -9,7 +9,7 @@ from zoo.data.glyphs import SPLIT_OF_ALPHABET
 def test_glyphs_is_omniglot_like(glyphs):
     assert glyphs.image_size == 28 and glyphs.in_channels == 1
     assert int(glyphs.class_sizes.min()) >= 12
-    assert 0.0 <= float(glyphs.images.min()) and float(glyphs.images.max()) <= 1.0
+    assert float(glyphs.images.min()) >= 0.0 and float(glyphs.images.max()) <= 1.0
     splits = {s: {glyphs.class_names[c] for c in cs} for s, cs in glyphs.splits.items()}
     assert not (splits["train"] & splits["test"]) and not (splits["val"] & splits["test"])
     alphabets = {s: {n.split("/")[0] for n in names} for s, names in splits.items()}

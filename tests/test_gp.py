@@ -11,7 +11,6 @@ from zoo import gp
 from zoo.errors import NumericalError
 
 
-
 @pytest.fixture(autouse=True)
 def float64():
     previous = torch.get_default_dtype()

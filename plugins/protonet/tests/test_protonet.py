@@ -1,8 +1,8 @@
 import torch
+from zoo_protonet import ProtoNet
 
 from zoo import Episode
 from zoo.backbones import Backbone
-from zoo_protonet import ProtoNet
 
 
 class Identity(Backbone):
