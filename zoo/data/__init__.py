@@ -5,10 +5,16 @@ from __future__ import annotations
 from zoo.data.base import FewShotDataset, FileDataset, TensorDataset, cache_root, data_root
 from zoo.data.digits import load_digits
 from zoo.data.glyphs import load_glyphs
+from zoo.data.omniglot import load_omniglot
+from zoo.data.omniglot_lake_runs import load_omniglot_lake_runs
+from zoo.data.omniglot_minimal import load_omniglot_minimal
 
 DATASETS = {
     "glyphs": load_glyphs,
     "digits": load_digits,
+    "omniglot": load_omniglot,
+    "omniglot-minimal": load_omniglot_minimal,
+    "omniglot-lake-runs": load_omniglot_lake_runs,
 }
 
 __all__ = ["DATASETS", "FewShotDataset", "FileDataset", "TensorDataset", "cache_root",
