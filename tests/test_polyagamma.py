@@ -6,17 +6,26 @@ import pytest
 import torch
 from scipy import stats
 
-from zoo.polyagamma import (polyagamma_mean, polyagamma_var, sample_polyagamma,
-                            sample_polyagamma_numpy, sample_polyagamma_torch)
+from zoo.polyagamma import (
+    polyagamma_mean,
+    polyagamma_var,
+    sample_polyagamma,
+    sample_polyagamma_numpy,
+    sample_polyagamma_torch,
+)
 
 CS = [0.0, 1e-3, 0.15, 0.5, 3.0, -3.0, 10.0, 50.0, 300.0]
 
 
 def series_moments(b: float, c: float, terms: int = 200_000) -> tuple[float, float]:
-    """Mean and variance from the infinite series w = sum_k g_k / (2 pi^2 d_k), independently."""
+    """Mean and variance from the infinite series w = sum_k g_k / (2 pi^2 d_k), independently:
+    summed to ``terms``, the remainder of the mean by its integral (that of the variance is
+    below 1e-15)."""
+    a = abs(c) / (2 * math.pi)
     k = torch.arange(1, terms + 1, dtype=torch.float64) - 0.5
-    d = 2 * math.pi**2 * (k**2 + c**2 / (4 * math.pi**2))
-    return b * float((1 / d).sum()), b * float((1 / d**2).sum())
+    d = 2 * math.pi**2 * (k**2 + a**2)
+    rest = (1 / terms if a == 0 else (math.pi / 2 - math.atan(terms / a)) / a) / (2 * math.pi**2)
+    return b * (float((1 / d).sum()) + rest), b * float((1 / d**2).sum())
 
 
 @pytest.mark.parametrize("c", CS)
@@ -40,8 +49,10 @@ def test_moments_known_values_and_limits():
         assert float(lo) == pytest.approx(float(hi), rel=1e-8)
 
 
-@pytest.mark.parametrize("sampler", [sample_polyagamma_numpy, sample_polyagamma_torch])
-@pytest.mark.parametrize("b", [1.0, 3.5])
+@pytest.mark.parametrize(("sampler", "b"), [(sample_polyagamma_numpy, 1.0),
+                                             (sample_polyagamma_numpy, 3.0),
+                                             (sample_polyagamma_torch, 1.0),
+                                             (sample_polyagamma_torch, 3.5)])
 def test_sampler_moments_within_monte_carlo_error(sampler, b):
     n = 40_000
     c = torch.tensor(CS, dtype=torch.float64)
@@ -71,5 +82,7 @@ def test_zero_shape_is_a_point_mass_and_draws_follow_the_generator():
         w2 = sample_polyagamma(b, c, torch.Generator().manual_seed(7), method=method)
         assert torch.equal(w1, w2)
         assert (w1[b == 0] == 0).all() and (w1[b > 0] > 0).all()
+    with pytest.raises(ValueError, match="integer b"):
+        sample_polyagamma(b + 0.5, c, torch.Generator(), method="numpy")
     with pytest.raises(ValueError, match="unknown Polya-Gamma sampler"):
         sample_polyagamma(b, c, torch.Generator(), method="nope")
