@@ -1,0 +1,296 @@
+"""Correctness of MD-BFSC: each formula against an independent derivation or a closed form."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+from zoo_md_bfsc.inference import (
+    Expectations,
+    GaussianLikelihood,
+    SoftmaxLikelihood,
+    gradient_descent,
+    mean_parameter_gradient,
+    mirror_descent,
+)
+
+from zoo.backbones import Backbone
+from zoo.errors import NumericalError
+from zoo.gp import DTYPE, standard_normal_draws
+from zoo.kernels import RBFKernel
+from zoo.plugins import registry
+from zoo.testing import build_for_tests, check_method, toy_episode
+
+torch.set_num_threads(1)
+
+
+def random_spd(C: int, n: int, seed: int = 0) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(C, n, n, generator=g, dtype=DTYPE)
+    return A @ A.transpose(-1, -2) / n + 0.5 * torch.eye(n, dtype=DTYPE)
+
+
+def gauss_hermite_ell(onehot: Tensor, mean: Tensor, var: Tensor, nodes: int = 40) -> Tensor:
+    """``E[log softmax(f)_y]`` for ``f ~ N(mean, diag var)`` by tensor-product Gauss-Hermite
+    quadrature (C <= 3): accurate to ~1e-12 and differentiable in ``mean`` and ``var``."""
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)
+    x, w = torch.tensor(x, dtype=DTYPE), torch.tensor(w / math.sqrt(2 * math.pi), dtype=DTYPE)
+    C = mean.shape[-1]
+    grids = torch.meshgrid(*[x] * C, indexing="ij")
+    z = torch.stack([g.reshape(-1) for g in grids], -1)  # [nodes^C, C]
+    weight = torch.ones(z.shape[0], dtype=DTYPE)
+    for g in torch.meshgrid(*[w] * C, indexing="ij"):
+        weight = weight * g.reshape(-1)
+    f = mean[..., None, :] + var.sqrt()[..., None, :] * z
+    return ((torch.log_softmax(f, -1) * onehot[..., None, :]).sum(-1) * weight).sum(-1)
+
+
+class AutogradLikelihood:
+    """A likelihood whose derivatives are autograd of its exact (quadrature) expectation."""
+
+    def __init__(self, onehot: Tensor):
+        self.onehot = onehot
+
+    def ell(self, mean: Tensor, var: Tensor) -> Tensor:
+        return gauss_hermite_ell(self.onehot, mean, var, nodes=30)
+
+    def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
+        with torch.enable_grad():
+            m, v = mean.detach().requires_grad_(), var.detach().requires_grad_()
+            ell = self.ell(m, v)
+            g_m, g_v = torch.autograd.grad(ell.sum(), (m, v))
+        return Expectations(self.ell(mean, var), g_m, g_v)
+
+
+# -- likelihood expectations -------------------------------------------------------------------
+
+def _marginals(N: int = 4, C: int = 3, seed: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mean = torch.randn(N, C, generator=g, dtype=DTYPE)
+    var = 0.2 + torch.rand(N, C, generator=g, dtype=DTYPE)
+    onehot = torch.nn.functional.one_hot(torch.arange(N) % C, C).to(DTYPE)
+    return onehot, mean, var
+
+
+def test_expected_gradients_match_autograd_of_an_exact_expectation():
+    onehot, mean, var = _marginals()
+    m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
+    exact = gauss_hermite_ell(onehot, m, v)
+    dm, dv = torch.autograd.grad(exact.sum(), (m, v))
+    est = SoftmaxLikelihood(onehot, standard_normal_draws(2**14, 3, seed=3)).expectations(mean, var)
+    assert torch.allclose(est.ell, exact.detach(), atol=1e-4)
+    assert torch.allclose(est.g_m, dm, atol=1e-3)
+    assert torch.allclose(est.g_v, dv, atol=1e-3)  # Price: 1/2 E[s^2 - s]
+    assert dv.abs().min() > 1e-2  # the check is not vacuous
+
+
+def test_softmax_hessian_diagonal_is_s_squared_minus_s():
+    f = torch.tensor([0.3, -1.2, 0.8], dtype=DTYPE)
+    H = torch.autograd.functional.hessian(lambda x: torch.log_softmax(x, -1)[1], f)
+    s = torch.softmax(f, -1)
+    assert torch.allclose(torch.diagonal(H), s * s - s, atol=1e-12)
+
+
+def test_mean_parameter_gradient_is_the_papers_not_the_public_codes():
+    onehot, mean, var = _marginals()
+    mu1 = mean.clone().requires_grad_()
+    mu2 = (var + mean**2).clone().requires_grad_()
+    ell = gauss_hermite_ell(onehot, mu1, mu2 - mu1**2)
+    d1, d2 = torch.autograd.grad(ell.sum(), (mu1, mu2))
+    m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
+    g_m, g_v = torch.autograd.grad(gauss_hermite_ell(onehot, m, v).sum(), (m, v))
+    ours = mean_parameter_gradient(mean, g_m, g_v)
+    assert torch.allclose(ours[0], d1, atol=1e-10) and torch.allclose(ours[1], d2, atol=1e-10)
+    public_code = g_m - 2 * g_m * g_v
+    assert (public_code - d1).abs().max() > 0.1
+
+
+# -- inner loops --------------------------------------------------------------------------------
+
+def test_conjugate_case_one_step_with_rho_one_is_the_exact_posterior():
+    K = random_spd(2, 5)
+    y = torch.randn(5, 2, generator=torch.Generator().manual_seed(4), dtype=DTYPE)
+    noise = 0.3
+    post = mirror_descent(K, GaussianLikelihood(y, noise), steps=1, rho=1.0).posterior
+    A = K + noise * torch.eye(5, dtype=DTYPE)
+    exact_mean = (K @ torch.linalg.solve(A, y.T[..., None]))[..., 0]
+    exact_cov = K - K @ torch.linalg.solve(A, K)
+    assert torch.allclose(post.mean, exact_mean, atol=1e-10)
+    assert torch.allclose(post.cov, exact_cov, atol=1e-10)
+    again = mirror_descent(K, GaussianLikelihood(y, noise), steps=4, rho=1.0).posterior
+    assert torch.allclose(again.mean, exact_mean, atol=1e-10)  # a fixed point
+
+
+def _natural_gradient_step(K: Tensor, lik: AutogradLikelihood, m: Tensor, S: Tensor,
+                           rho: float) -> tuple[Tensor, Tensor]:
+    """One natural-gradient step on the ELBO in the natural parameters of full Gaussians
+    (``theta1 = S^-1 m``, ``theta2 = -S^-1 / 2``, lower triangle free), with the Fisher taken as the
+    autograd Hessian of the log-partition function. Independent of any site algebra."""
+    C, n = m.shape
+    rows, cols = torch.tril_indices(n, n)
+
+    def unpack(theta: Tensor) -> tuple[Tensor, Tensor]:
+        t1 = theta[: C * n].reshape(C, n)
+        L = torch.zeros(C, n, n, dtype=DTYPE)
+        L[:, rows, cols] = theta[C * n:].reshape(C, -1)
+        t2 = L + L.transpose(-1, -2) - torch.diag_embed(torch.diagonal(L, dim1=-2, dim2=-1))
+        return t1, t2
+
+    def log_partition(theta: Tensor) -> Tensor:
+        t1, t2 = unpack(theta)
+        P = -2 * t2
+        return (0.5 * (t1[..., None, :] @ torch.linalg.solve(P, t1[..., None]))[..., 0, 0]
+                - 0.5 * torch.logdet(P)).sum()
+
+    def objective(theta: Tensor) -> Tensor:
+        t1, t2 = unpack(theta)
+        cov = torch.linalg.inv(-2 * t2)
+        mean = (cov @ t1[..., None])[..., 0]
+        Kinv = torch.linalg.inv(K)
+        kl = 0.5 * (torch.einsum("cij,cji->c", Kinv, cov) + (mean[..., None, :] @ Kinv
+                    @ mean[..., None])[..., 0, 0] - n + torch.logdet(K) - torch.logdet(cov))
+        return lik.ell(mean.T, torch.diagonal(cov, dim1=-2, dim2=-1).T).sum() - kl.sum()
+
+    P = torch.linalg.inv(S)
+    theta = torch.cat([(P @ m[..., None])[..., 0].reshape(-1), (-0.5 * P)[:, rows, cols].reshape(-1)])
+    grad = torch.autograd.functional.jacobian(objective, theta)
+    fisher = torch.autograd.functional.hessian(log_partition, theta)
+    t1, t2 = unpack(theta + rho * torch.linalg.solve(fisher, grad))
+    cov = torch.linalg.inv(-2 * t2)
+    return (cov @ t1[..., None])[..., 0], cov
+
+
+def test_theorem_3_1_mirror_step_equals_natural_gradient_step():
+    K = random_spd(2, 3, seed=5)
+    lik = AutogradLikelihood(torch.nn.functional.one_hot(torch.tensor([0, 1, 1]), 2).to(DTYPE))
+    rho = 0.4
+    q1 = mirror_descent(K, lik, steps=1, rho=rho).posterior
+    q2 = mirror_descent(K, lik, steps=2, rho=rho).posterior
+    mean, cov = _natural_gradient_step(K, lik, q1.mean, q1.cov, rho)
+    assert torch.allclose(q2.mean, mean, atol=1e-8)
+    assert torch.allclose(q2.cov, cov, atol=1e-8)
+    assert (q2.mean - q1.mean).abs().max() > 1e-2  # the step moved
+
+
+def test_elbo_does_not_decrease_for_small_rho_on_a_fixed_kernel():
+    K = random_spd(3, 8, seed=6)
+    onehot = torch.nn.functional.one_hot(torch.arange(8) % 3, 3).to(DTYPE)
+    lik = SoftmaxLikelihood(onehot, standard_normal_draws(1024, 3, seed=7))
+    for run in (mirror_descent, gradient_descent):
+        elbo = torch.tensor(run(K, lik, steps=30, rho=0.05, trace=True).elbo)
+        assert len(elbo) == 31
+        assert (elbo.diff() >= -1e-6 * elbo.abs().max()).all(), (run.__name__, elbo)
+        assert elbo[-1] > elbo[0] + 0.1
+
+
+def test_mirror_descent_converges_faster_than_gradient_descent_at_equal_step():
+    K = random_spd(3, 8, seed=6)
+    onehot = torch.nn.functional.one_hot(torch.arange(8) % 3, 3).to(DTYPE)
+    lik = SoftmaxLikelihood(onehot, standard_normal_draws(256, 3, seed=7))
+    md = mirror_descent(K, lik, steps=10, rho=0.1, trace=True).elbo
+    gd = gradient_descent(K, lik, steps=10, rho=0.1, trace=True, parameterisation="moment").elbo
+    assert md[0] == pytest.approx(gd[0])  # same start: the prior
+    assert md[-1] > gd[-1]
+
+
+def test_gradient_descent_parameterisations_agree_on_the_same_family():
+    K = random_spd(2, 4, seed=8)
+    onehot = torch.nn.functional.one_hot(torch.tensor([0, 1, 0, 1]), 2).to(DTYPE)
+    lik = SoftmaxLikelihood(onehot, standard_normal_draws(512, 2, seed=9))
+    a = gradient_descent(K, lik, steps=1000, rho=0.1, trace=True, parameterisation="moment")
+    b = gradient_descent(K, lik, steps=300, rho=0.1, trace=True, parameterisation="whitened")
+    c = mirror_descent(K, lik, steps=50, rho=0.5, trace=True)
+    assert a.elbo[0] == pytest.approx(b.elbo[0])
+    # all three reach the same optimum of the same objective
+    assert a.elbo[-1] == pytest.approx(c.elbo[-1], abs=1e-6)
+    assert b.elbo[-1] == pytest.approx(c.elbo[-1], abs=1e-6)
+    Kq = K[..., :2]
+    assert torch.allclose(b.posterior.predict(Kq, torch.diagonal(K, dim1=-2, dim2=-1)[..., :2])[0],
+                          c.posterior.predict(Kq, torch.diagonal(K, dim1=-2, dim2=-1)[..., :2])[0],
+                          atol=1e-5)
+
+
+def test_moment_gradient_descent_diverging_names_the_episode():
+    K = random_spd(2, 6, seed=10) * 1e-2
+    onehot = torch.nn.functional.one_hot(torch.arange(6) % 2, 2).to(DTYPE)
+    lik = SoftmaxLikelihood(onehot, standard_normal_draws(64, 2, seed=1))
+    with pytest.raises(NumericalError, match="toy/test#3"):
+        gradient_descent(K, lik, steps=20, rho=1.0, parameterisation="moment",
+                         episode="toy/test#3")
+
+
+# -- the methods --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["md-bfsc", "gd-bfsc"])
+def test_conformance(name):
+    check_method(name)
+
+
+@pytest.mark.parametrize("name", ["md-bfsc", "gd-bfsc"])
+def test_predictions_invariant_to_support_order_and_equivariant_to_relabelling(name):
+    method = build_for_tests(name, 3, samples_test=2048).eval()
+    ep = toy_episode(3, 2, query=3)
+    with torch.no_grad():
+        probs = method.predict(ep).probs
+        perm = torch.randperm(6, generator=torch.Generator().manual_seed(0))
+        shuffled = replace(ep, support_x=ep.support_x[perm], support_y=ep.support_y[perm])
+        assert torch.allclose(method.predict(shuffled).probs, probs, atol=1e-6)
+        relabel = torch.tensor([2, 0, 1])
+        renamed = replace(ep, support_y=relabel[ep.support_y], query_y=relabel[ep.query_y])
+        moved = method.predict(renamed).probs
+    # class c is now called relabel[c]; equal up to the estimator's error (draws are per column)
+    assert torch.allclose(moved[:, relabel], probs, atol=1e-2)
+    assert torch.equal(moved[:, relabel].argmax(1), probs.argmax(1))
+
+
+class Pixels(Backbone):
+    feature_dim = 28 * 28
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(1)
+
+
+def test_predict_reports_the_inner_objective_and_is_accurate_on_separable_data():
+    method = registry().get("methods", "md-bfsc")(
+        Pixels(), way=5, kernel=RBFKernel(28 * 28, lengthscale=0.5)).eval()
+    ep = toy_episode(5, 5, query=4)
+    with torch.no_grad():
+        pred = method.predict(ep)
+    assert len(pred.extras["inner_objective"]) == method.hparams["steps_test"] + 1
+    assert (pred.probs.argmax(1) == ep.query_y).float().mean() > 0.9
+    elbo = torch.tensor(pred.extras["inner_objective"])
+    assert elbo[-1] > elbo[0]
+
+
+def test_predictive_loss_option_trains():
+    method = build_for_tests("md-bfsc", 3, loss="predictive").train()
+    loss = method.meta_loss(toy_episode(3, 2, query=3))
+    loss.backward()
+    assert torch.isfinite(loss) and loss > 0
+
+
+class NaNBackbone(Backbone):
+    feature_dim = 4
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.full((x.shape[0], 4), float("nan"))
+
+
+def test_non_finite_features_name_the_episode():
+    method = registry().get("methods", "md-bfsc")(
+        NaNBackbone(), way=2, kernel=RBFKernel(4))
+    with pytest.raises(NumericalError, match=r"toy/test#0"):
+        method.predict(toy_episode(2, 1))
+
+
+def test_registers_methods_and_the_convergence_suite():
+    reg = registry()
+    assert {"md-bfsc", "gd-bfsc"} <= set(reg.names("methods"))
+    import tomllib
+
+    with open(reg.get("suites", "md-convergence"), "rb") as f:
+        assert tomllib.load(f)["suite"]["entry"] == "zoo_md_bfsc.convergence:run"
