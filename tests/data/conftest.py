@@ -11,6 +11,7 @@ import io
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -41,8 +42,8 @@ def scan(seed: int, size: int = 105) -> np.ndarray:
     img = np.full((size, size), 255, dtype=np.uint8)
     top, left = rng.integers(5, size // 2, size=2)
     h, w = rng.integers(20, size // 2, size=2)
-    img[top: top + h, left: left + 4] = 0
-    img[top: top + 4, left: left + w] = 0
+    img[top: top + h, left: left + 8] = 0
+    img[top: top + 8, left: left + w] = 0
     return img
 
 
@@ -58,6 +59,13 @@ def write_alphabet_zip(path: Path, top: str, alphabets: dict[str, int], drawers:
                     zf.writestr(name, png_bytes(scan(cid * 100 + d)))
                 cid += 1
     return path
+
+
+@pytest.fixture(scope="session")
+def draw() -> SimpleNamespace:
+    """The fixture builders above, for test modules (conftest is not importable under
+    pytest's importlib mode)."""
+    return SimpleNamespace(png_bytes=png_bytes, scan=scan, write_alphabet_zip=write_alphabet_zip)
 
 
 @pytest.fixture(scope="session")
