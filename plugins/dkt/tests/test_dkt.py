@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+from zoo_dkt import DKT
+
+from zoo import Episode
+from zoo.backbones import Backbone
+from zoo.kernels import RBFKernel
+from zoo.testing import check_method
+
+
+class Identity(Backbone):
+    feature_dim = 3
+
+    def forward(self, x):
+        return x
+
+
+def episode(seed=0, way=3, shot=2, query=2):
+    g = torch.Generator().manual_seed(seed)
+    sx, qx = torch.randn(way * shot, 3, generator=g), torch.randn(way * query, 3, generator=g)
+    return Episode(sx, torch.arange(way).repeat_interleave(shot), qx,
+                   torch.arange(way).repeat_interleave(query), way=way, shot=shot,
+                   info={"seed": seed})
+
+
+def test_noise_to_zero_interpolates_the_targets():
+    ep = episode()
+    at_support = Episode(ep.support_x, ep.support_y, ep.support_x, ep.support_y, ep.way, ep.shot,
+                         info=ep.info)
+    method = DKT(Identity(), way=3, kernel=RBFKernel(3), noise=1e-7).eval()
+    with torch.no_grad():
+        mean, var = method.predictive_moments(at_support)
+    targets = 2 * torch.nn.functional.one_hot(ep.support_y, 3).double() - 1
+    assert torch.allclose(mean, targets, atol=1e-4)
+    assert (var < 1e-4).all()
+    # with a large noise the mean shrinks toward the prior mean instead
+    method = DKT(Identity(), way=3, kernel=RBFKernel(3), noise=10.0).eval()
+    with torch.no_grad():
+        assert method.predictive_moments(at_support)[0].abs().max() < 0.5
+
+
+def test_loss_is_the_closed_form_gaussian_marginal_likelihood():
+    ep = episode(1)
+    method = DKT(Identity(), way=3, kernel=RBFKernel(3, lengthscale=1.3), noise=0.1)
+    with torch.no_grad():
+        method.mean.fill_(0.2)
+        loss = float(method.meta_loss(ep))
+        x = torch.cat([ep.support_x, ep.query_x])
+        y = torch.cat([ep.support_y, ep.query_y])
+        K = method.kernel(x).double().numpy()
+    n = len(y)
+    expected = 0.0
+    for c in range(3):
+        t = np.where(y.numpy() == c, 1.0, -1.0) - 0.2
+        expected -= multivariate_normal(np.zeros(n), K + 0.1 * np.eye(n)).logpdf(t) / n
+    assert loss == pytest.approx(expected, rel=1e-7)  # float32 noise and kernel
+
+
+def test_learnable_mean_and_fixed_noise_by_default():
+    method = DKT(Identity(), way=2, kernel=RBFKernel(3))
+    assert method.raw_noise.requires_grad is False and method.mean.requires_grad
+    assert float(method.noise) == pytest.approx(0.1)
+    method.meta_loss(episode(way=2)).backward()
+    assert method.mean.grad is not None
+
+
+def test_conformance():
+    check_method("dkt")
