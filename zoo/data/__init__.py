@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from zoo.data.base import FewShotDataset, FileDataset, TensorDataset, cache_root, data_root
+from zoo.data.cub import load_cub
 from zoo.data.digits import load_digits
+from zoo.data.emnist import load_emnist
 from zoo.data.glyphs import load_glyphs
+from zoo.data.miniimagenet import load_miniimagenet
 from zoo.data.omniglot import load_omniglot
 from zoo.data.omniglot_lake_runs import load_omniglot_lake_runs
 from zoo.data.omniglot_minimal import load_omniglot_minimal
@@ -15,6 +18,9 @@ DATASETS = {
     "omniglot": load_omniglot,
     "omniglot-minimal": load_omniglot_minimal,
     "omniglot-lake-runs": load_omniglot_lake_runs,
+    "cub": load_cub,
+    "miniimagenet": load_miniimagenet,
+    "emnist": load_emnist,
 }
 
 __all__ = ["DATASETS", "FewShotDataset", "FileDataset", "TensorDataset", "cache_root",
