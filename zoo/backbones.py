@@ -94,3 +94,18 @@ def mlp(in_channels: int = 1, image_size: int = 28, **options) -> Backbone:
 
 
 BUILTIN = {"conv4": conv4, "conv4s": conv4s, "resnet10": resnet10, "resnet18": resnet18, "mlp": mlp}
+
+
+def use_batch_statistics(module: nn.Module) -> nn.Module:
+    """Make every BatchNorm layer in ``module`` normalise with the statistics of the batch it is
+    given, in training and in evaluation alike, and keep no running averages.
+
+    This is how the MAML family handles batch norm (Finn et al. 2017): the support set and the query
+    set are each normalised by their own statistics (transductively), so an adapted learner is a
+    pure function of its parameters and a batch. Returns ``module``, changed in place.
+    """
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.track_running_stats = False
+            m.running_mean = m.running_var = m.num_batches_tracked = None
+    return module

@@ -1,0 +1,218 @@
+"""The MAML family as zoo methods, through learn2learn's ``MAML`` and ``MetaSGD`` (clone/adapt).
+
+- ``maml``: second-order MAML (Finn, Abbeel & Levine, ICML 2017), every weight adapted.
+- ``fomaml``: first-order MAML: the inner gradients are constants, so the meta-gradient is the
+  query-loss gradient at the adapted weights; no second-order graph is ever built.
+- ``metasgd``: Meta-SGD (Li et al. 2017): a meta-learned learning rate per weight, one inner step.
+- ``anil``: ANIL (Raghu et al., ICLR 2020): only the ``way``-output head is adapted; the backbone's
+  features are computed once per set and the inner loop never differentiates through it.
+
+Every method puts a linear head of ``way`` outputs on the host's backbone and normalises batch
+norm with batch statistics (:func:`zoo.backbones.use_batch_statistics`), as the MAML papers do.
+At test the inner loop runs first-order (the meta-gradient is not needed there).
+
+Hyper-parameters left at ``None`` take the published setting of the protocol (``protocol="auto"``:
+``omniglot`` for single-channel inputs, ``miniimagenet`` otherwise); the resolved values are
+written back to ``self.hparams`` so results record what actually ran. MAML's published settings
+(Finn et al. 2017, appendix A.1): Omniglot 5-way: 1 step of 0.4, 3 at test, 32 tasks per
+meta-batch; Omniglot 20-way: 5 steps of 0.1 in training and at test, 16 tasks; mini-ImageNet: 5
+steps of 0.01, 10 at test, 4 tasks. Outer Adam learning rate 1e-3 throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import learn2learn as l2l
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import zoo
+from zoo import Episode, Method, Prediction
+from zoo.backbones import Backbone, use_batch_statistics
+from zoo.errors import HyperParameterError, NumericalError
+
+PROTOCOLS = ("omniglot", "miniimagenet")
+
+#: Published inner-loop settings: protocol -> way -> settings (``None``: any other way).
+PUBLISHED: Mapping[str, Mapping[int | None, Mapping[str, Any]]] = {
+    "omniglot": {
+        5: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3, "meta_batch": 32},
+        20: {"inner_lr": 0.1, "inner_steps": 5, "test_inner_steps": 5, "meta_batch": 16},
+        None: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3, "meta_batch": 32},
+    },
+    "miniimagenet": {
+        None: {"inner_lr": 0.01, "inner_steps": 5, "test_inner_steps": 10, "meta_batch": 4},
+    },
+}
+_TYPES: Mapping[str, Callable[[Any], Any]] = {"inner_lr": float, "inner_steps": int,
+                                              "test_inner_steps": int, "meta_batch": int}
+
+
+def infer_protocol(backbone: nn.Module) -> str:
+    """``omniglot`` when the backbone's first convolution (or layer) takes one channel, else
+    ``miniimagenet``: character data sets are grey-scale, natural-image ones are RGB."""
+    for m in backbone.modules():
+        if isinstance(m, nn.Conv2d):
+            return "omniglot" if m.in_channels == 1 else "miniimagenet"
+    return "omniglot"
+
+
+class InnerLoopMethod(Method):
+    """A method with a support-set inner loop and protocol-dependent published defaults.
+
+    Subclasses may override :attr:`published` (same layout as :data:`PUBLISHED`).
+    """
+
+    defaults = {"protocol": "auto", "inner_lr": None, "inner_steps": None,
+                "test_inner_steps": None, "meta_batch": None}
+    capabilities = frozenset({"inner-objective"})
+    published: ClassVar[Mapping[str, Mapping[int | None, Mapping[str, Any]]]] = PUBLISHED
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        use_batch_statistics(self.backbone)
+        self._resolve_published(way)
+
+    def _resolve_published(self, way: int) -> None:
+        protocol = self.hparams["protocol"]
+        if protocol == "auto":
+            protocol = infer_protocol(self.backbone)
+        if protocol not in self.published:
+            raise HyperParameterError(f"{self.name}: protocol {protocol!r} is not one of "
+                                      f"{sorted(self.published)} or 'auto'")
+        table = self.published[protocol]
+        settings = table.get(way, table[None])
+        self.hparams["protocol"] = protocol
+        for key, value in settings.items():
+            given = self.hparams.get(key)
+            try:
+                self.hparams[key] = _TYPES.get(key, type(value))(value if given is None else given)
+            except ValueError:
+                raise HyperParameterError(f"{self.name}: hyper-parameter {key}={given!r} must be "
+                                          f"a {type(value).__name__}") from None
+        if self.hparams["inner_steps"] < 0 or self.hparams["test_inner_steps"] < 0:
+            raise HyperParameterError(f"{self.name}: inner steps must be >= 0")
+
+    def inner_steps(self) -> int:
+        """Inner steps for the current mode: ``inner_steps`` in training, else ``test_inner_steps``."""
+        return self.hparams["inner_steps" if self.training else "test_inner_steps"]
+
+
+def check_finite(loss: Tensor, episode: Episode, what: str) -> None:
+    if not torch.isfinite(loss):
+        raise NumericalError(f"{what} is {loss.item()} on episode {episode.id}: the inner loop "
+                             "diverged; lower inner_lr or inner_steps")
+
+
+class MAML(InnerLoopMethod):
+    """Second-order MAML over every weight of backbone + head, via ``l2l.algorithms.MAML``."""
+
+    name = "maml"
+    first_order: ClassVar[bool] = False
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        self.head = nn.Linear(backbone.feature_dim, way)
+
+    def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
+        """A fresh clone of backbone + head that ``adapt`` updates without touching the originals."""
+        net = nn.Sequential(self.backbone, self.head)
+        return l2l.algorithms.MAML(net, lr=self.hparams["inner_lr"], first_order=first_order).clone()
+
+    def adapt(self, learner: l2l.algorithms.BaseLearner, episode: Episode, steps: int,
+              record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
+        """``steps`` gradient steps of the support cross-entropy; ``record`` gets each value."""
+        for _ in range(steps):
+            loss = F.cross_entropy(learner(episode.support_x), episode.support_y)
+            check_finite(loss, episode, "the support loss")
+            if record is not None:
+                record.append(loss.item())
+            learner.adapt(loss)
+        return learner
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        learner = self.adapt(self.learner(self.first_order), episode, self.inner_steps())
+        return F.cross_entropy(learner(episode.query_x), episode.query_y)
+
+    def predict(self, episode: Episode) -> Prediction:
+        objective: list[float] = []
+        with torch.enable_grad():
+            learner = self.adapt(self.learner(True), episode, self.inner_steps(), objective)
+            final = F.cross_entropy(learner(episode.support_x), episode.support_y)
+            logits = learner(episode.query_x)
+        objective.append(final.item())
+        return Prediction(torch.softmax(logits.detach(), -1), {"inner_objective": objective})
+
+
+class FOMAML(MAML):
+    """First-order MAML: same inner loop, no second-order terms in the meta-gradient."""
+
+    name = "fomaml"
+    first_order = True
+
+
+class MetaSGD(MAML):
+    """Meta-SGD: per-weight inner learning rates, meta-learned, initialised at ``inner_lr``; one
+    inner step in training and at test, as in Li et al. (2017)."""
+
+    name = "metasgd"
+    published = {p: {w: {**s, "inner_steps": 1, "test_inner_steps": 1} for w, s in t.items()}
+                 for p, t in PUBLISHED.items()}
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        lr = self.hparams["inner_lr"]
+        self.inner_lrs = nn.ParameterList(
+            [nn.Parameter(torch.full_like(p, lr)) for p in self._net().parameters()])
+
+    def _net(self) -> nn.Module:
+        return nn.Sequential(self.backbone, self.head)
+
+    def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
+        return l2l.algorithms.MetaSGD(self._net(), lrs=self.inner_lrs,
+                                      first_order=first_order).clone()
+
+
+class ANIL(InnerLoopMethod):
+    """ANIL: the backbone is meta-learned by the outer loop only; the inner loop adapts the head
+    (second-order through the head, which is cheap)."""
+
+    name = "anil"
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        self.head = nn.Linear(backbone.feature_dim, way)
+
+    def adapt_head(self, support: Tensor, episode: Episode, first_order: bool, steps: int,
+                   record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
+        head = l2l.algorithms.MAML(self.head, lr=self.hparams["inner_lr"],
+                                   first_order=first_order).clone()
+        for _ in range(steps):
+            loss = F.cross_entropy(head(support), episode.support_y)
+            check_finite(loss, episode, "the support loss")
+            if record is not None:
+                record.append(loss.item())
+            head.adapt(loss)
+        return head
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        head = self.adapt_head(self.features(episode.support_x), episode, False, self.inner_steps())
+        return F.cross_entropy(head(self.features(episode.query_x)), episode.query_y)
+
+    def predict(self, episode: Episode) -> Prediction:
+        support, query = self.features(episode.support_x), self.features(episode.query_x)
+        objective: list[float] = []
+        with torch.enable_grad():
+            head = self.adapt_head(support, episode, True, self.inner_steps(), objective)
+            objective.append(F.cross_entropy(head(support), episode.support_y).item())
+            logits = head(query)
+        return Prediction(torch.softmax(logits.detach(), -1), {"inner_objective": objective})
+
+
+@zoo.hookimpl
+def zoo_register_methods(register):
+    for cls in (MAML, FOMAML, MetaSGD, ANIL):
+        register(cls)
