@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -294,3 +295,19 @@ def test_registers_methods_and_the_convergence_suite():
 
     with open(reg.get("suites", "md-convergence"), "rb") as f:
         assert tomllib.load(f)["suite"]["entry"] == "zoo_md_bfsc.convergence:run"
+
+
+def test_convergence_suite_writes_the_documented_json_and_figures(tmp_path):
+    from zoo_md_bfsc.convergence import run
+
+    run(tmp_path, None, "cpu", {"shots": [1], "episodes": 1, "query": 2, "inner_iterations": 3,
+                                "outer_iterations": 2, "md_rhos": [1.0], "gd_rhos": [0.1],
+                                "gd_moment_rhos": [1e-3]})
+    out = json.loads((tmp_path / "convergence.json").read_text())
+    for variant in ("md", "gd", "gd_moment"):
+        assert len(out["inner"][variant]["1-shot"]) == 4
+        assert out["inner_best"][variant]["1-shot"]["rho"] > 0
+    for variant in ("md", "gd"):
+        assert len(out["outer"][variant]["1-shot"]) == 2
+    assert out["inner_best"]["md"]["1-shot"]["elbo"][-1] > out["inner"]["md"]["1-shot"][0]
+    assert (tmp_path / "inner.png").stat().st_size > 0 and (tmp_path / "outer.png").exists()
