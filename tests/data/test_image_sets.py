@@ -244,3 +244,11 @@ def test_an_unreadable_image_file_is_named(cub_dir):
     ds = cub.load_cub(cub_dir, download=False)
     with pytest.raises(ZooError, match=f"cannot read image {bad}"):
         ds.gather(torch.tensor([3]), torch.tensor([[0]]))
+
+
+def test_every_real_data_set_is_registered_under_its_contract_name():
+    from zoo.plugins import registry
+
+    names = {"omniglot", "omniglot-minimal", "omniglot-lake-runs", "cub", "miniimagenet", "emnist"}
+    assert names <= set(registry().names("datasets"))
+    assert all(registry().owner("datasets", n) == "zoo" for n in names)
