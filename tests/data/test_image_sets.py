@@ -218,8 +218,9 @@ def test_emnist_cross_domain_splits_and_orientation(tmp_path):
 
 
 def test_emnist_missing_without_download(tmp_path):
-    with pytest.raises(DataMissingError, match="emnist-byclass-test-images-idx3-ubyte"):
+    with pytest.raises(DataMissingError, match="emnist-byclass-test-images-idx3-ubyte") as err:
         load_emnist(tmp_path, download=False)
+    assert "DIR/emnist/EMNIST/raw/" in str(err.value)
 
 
 # -- bad input ---------------------------------------------------------------------------------

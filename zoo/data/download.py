@@ -85,15 +85,20 @@ def verify(path: Path, resource: Resource) -> None:
             f"intact copy{source}.")
 
 
-def missing(what: str, where: Path, dataset: str, how: str) -> DataMissingError:
-    """The error for data that is not on disk: name it, and say how to get it there."""
+def missing(what: str, where: Path, dataset: str, how: str,
+            layout: str | None = None) -> DataMissingError:
+    """The error for data that is not on disk: name it, and say how to get it there.
+
+    ``layout`` is where the files go relative to a data directory (default: ``where``'s name).
+    """
     return DataMissingError(
         f"data set {dataset!r} needs {what}, which is not in {where}. {how} Or point the zoo at a "
         "directory that holds it: --data-dir DIR (or the ZOO_DATA environment variable); files "
-        "go in DIR/" + where.name + "/.")
+        f"go in DIR/{layout or where.name}/.")
 
 
-def ensure_file(resource: Resource, directory: Path, *, dataset: str, download: bool) -> Path:
+def ensure_file(resource: Resource, directory: Path, *, dataset: str, download: bool,
+                layout: str | None = None) -> Path:
     """``directory/filename``, verified; downloaded first if it is missing and ``download``."""
     path = directory / resource.filename
     if path.exists():
@@ -101,11 +106,11 @@ def ensure_file(resource: Resource, directory: Path, *, dataset: str, download: 
         return path
     if resource.url is None:
         raise missing(resource.filename, directory, dataset,
-                      "It has no download source the zoo can verify; put it there by hand.")
+                      "It has no download source the zoo can verify; put it there by hand.", layout)
     if not download:
         raise missing(resource.filename, directory, dataset,
                       f"Download it from {resource.url} into that directory, or allow downloads "
-                      "(download=True, the default).")
+                      "(download=True, the default).", layout)
     return fetch(resource, path)
 
 

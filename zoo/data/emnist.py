@@ -21,6 +21,7 @@ from zoo.data.characters import CharacterDataset
 from zoo.data.download import Resource, ensure_file, missing
 
 SPLIT = "byclass"
+LAYOUT = "emnist/EMNIST/raw"  # torchvision's, under the data directory
 
 
 def load_emnist(data_dir: str | os.PathLike | None = None, download: bool = True
@@ -36,8 +37,9 @@ def load_emnist(data_dir: str | os.PathLike | None = None, download: bool = True
         resource = Resource("gzip.zip", EMNIST.url, md5=EMNIST.md5)
         if not download and not (raw / resource.filename).exists():
             raise missing(f"{needed[0].name} and {needed[1].name}", raw, "emnist",
-                          f"Download {EMNIST.url} into that directory, or allow downloads.")
-        ensure_file(resource, raw, dataset="emnist", download=download)
+                          f"Download {EMNIST.url} into that directory, or allow downloads.",
+                          layout=LAYOUT)
+        ensure_file(resource, raw, dataset="emnist", download=download, layout=LAYOUT)
         EMNIST(str(root), split=SPLIT, train=False, download=True)  # unpacks the verified zip
     ds = EMNIST(str(root), split=SPLIT, train=False, download=False)
     images = ds.data.transpose(1, 2).contiguous()[:, None]
