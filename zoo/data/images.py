@@ -4,12 +4,15 @@ The transforms are those of CloserLookFewShot (Chen et al., 2019) and the GP few
 on it: evaluation resizes to 1.15 x 84 = 96 pixels, takes the centre 84x84 crop and normalises
 with the ImageNet channel statistics; training augmentation (``augment=True``) is a random
 resized 84x84 crop, colour jitter (brightness, contrast, saturation 0.4) and a horizontal flip.
-Augmentation touches only the classes of the ``train`` split; it draws from torch's global RNG,
-so augmented training episodes are not bit-reproducible, while validation and test episodes
-always are.
+Augmentation touches only the classes of the ``train`` split. Its random draws are seeded by the
+episode's own class and example indices (inside a forked RNG, leaving the global one untouched),
+so an augmented training episode is as reproducible as any other.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -56,8 +59,12 @@ class ImageFileDataset(FileDataset):
         self._train_classes = set(self.splits.get("train", ())) if augment else set()
 
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
+        key = json.dumps([classes.tolist(), examples.tolist()]).encode()
+        seed = int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
         rows = []
-        for c, ex in zip(classes.tolist(), examples.tolist(), strict=True):
-            transform = self.train_transform if c in self._train_classes else self.transform
-            rows.append(torch.stack([transform(read_image(self.files[c][i], "RGB")) for i in ex]))
+        with torch.random.fork_rng(devices=[]):  # torchvision's transforms draw from the global RNG
+            torch.manual_seed(seed)
+            for c, ex in zip(classes.tolist(), examples.tolist(), strict=True):
+                transform = self.train_transform if c in self._train_classes else self.transform
+                rows.append(torch.stack([transform(read_image(self.files[c][i], "RGB")) for i in ex]))
         return torch.stack(rows)
