@@ -100,6 +100,19 @@ class SitePosterior:
         """``L^-1 S Kxs`` so that ``Kxs^T S B^-1 S Kxs = V^T V``."""
         return torch.linalg.solve_triangular(self.L, self.s[..., :, None] * Kxs, upper=False)
 
+    def whiten(self, Kxs: Tensor) -> Tensor:
+        """``V = L^-1 S Kxs`` for prior cross-covariances ``Kxs`` ``[..., n, m]`` of ``m`` linear
+        functionals: their posterior covariance is ``prior - V^T V`` (for joint predictives)."""
+        return self._V(Kxs.to(DTYPE))
+
+    def sample(self, prior: Tensor, noise: Tensor) -> Tensor:
+        """Joint posterior draws by Matheron's rule, ``f = m + f0 - K S B^-1 (S f0 + e)``, from
+        draws ``f0 ~ N(0, K)`` and ``e ~ N(0, I)`` (``[..., n]``, broadcast with the sites);
+        no square root of the posterior covariance is formed."""
+        u = self.s * prior.to(DTYPE) + noise.to(DTYPE)
+        v = torch.cholesky_solve(u[..., None], self.L)
+        return self.mean + prior - (self.K @ (self.s[..., None] * v))[..., 0]
+
     @property
     def cov(self) -> Tensor:
         V = self._V(self.K)
@@ -129,6 +142,18 @@ class SitePosterior:
         trace = Linv.pow(2).sum((-2, -1))
         quad = (self.alpha * self.mean).sum(-1)
         return 0.5 * (trace + quad - self.n + self.logdet_B)
+
+
+def prior_draws(K: Tensor, count: int, generator: torch.Generator) -> Tensor:
+    """``count`` draws of ``N(0, K)`` for a PSD (possibly singular) ``K`` ``[..., n, n]``, as
+    ``[count, ..., n]``, through its eigendecomposition (negative round-off eigenvalues set to 0;
+    no jitter). Standard normals come from ``generator`` on its own device (pass one on ``K``'s
+    device to avoid a host transfer)."""
+    K = K.detach().to(DTYPE)
+    evals, evecs = torch.linalg.eigh(K)
+    z = torch.randn((count, *K.shape[:-1]), generator=generator, dtype=DTYPE,
+                    device=generator.device).to(K.device)
+    return ((evecs * evals.clamp_min(0).sqrt()[..., None, :]) @ z[..., None])[..., 0]
 
 
 def gaussian_log_marginal(K: Tensor, y: Tensor, noise: Tensor | float,

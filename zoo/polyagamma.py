@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from zoo.gp import SitePosterior
+
 DTYPE = torch.float64
 _SMALL = 0.1  # below this |c|/2 the closed forms are replaced by their Taylor series
 PACKAGE_MAX_C = 100.0  # polyagamma 2.0.2 is measured correct up to |c| = 150, wrong from 200
@@ -70,6 +72,16 @@ def polyagamma_var(b: Tensor | float, c: Tensor | float) -> Tensor:
     Written as ``b (tanh x - x sech^2 x) / (16 x^3)`` with ``x = |c|/2`` (the same function)."""
     x = torch.as_tensor(c, dtype=DTYPE).abs() / 2
     return torch.as_tensor(b, dtype=DTYPE) * _h_over_x3(x) / 16
+
+
+def augmented_log_marginal(post: SitePosterior, b: Tensor | float, kappa: Tensor) -> Tensor:
+    """``log p(y | w)`` of a Polya-Gamma augmented GP: ``log int N(f | 0, K) prod_n 2^-b_n
+    exp(kappa_n f_n - w_n f_n^2 / 2) df = -log 2 sum b + (kappa . m - log|B|) / 2``, where ``post``
+    is the :class:`~zoo.gp.SitePosterior` with sites ``(lam, nu) = (w, kappa)`` and ``m`` its mean.
+    Summed over the last axis; the marginal-likelihood objective of Snell & Zemel (2021)."""
+    kappa = kappa.to(DTYPE)
+    b = torch.as_tensor(b, dtype=DTYPE, device=kappa.device).expand_as(kappa)
+    return (-math.log(2) * b.sum(-1) + 0.5 * (kappa * post.mean).sum(-1) - 0.5 * post.logdet_B)
 
 
 def device_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:

@@ -1,0 +1,169 @@
+"""One-vs-each Polya-Gamma GP classifier (Snell & Zemel, ICLR 2021).
+
+Likelihood: the one-vs-each approximation of the softmax, ``p(y | f) = prod_{c != y}
+sigmoid(f_y - f_c)``, a product of logistic terms in the pairwise differences ``psi = A f``
+(``M = N (C - 1)`` of them for ``N`` support points). Polya-Gamma augmentation gives each term an
+exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2``, so
+``psi | w`` is a :class:`~zoo.gp.SitePosterior` with prior covariance ``K_psi = A K A^T`` and
+``w | psi ~ PG(1, psi)``. Gibbs sampling alternates the two, with all chains as one batch.
+
+Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(y | w)`` of support
+and query together at the chains' last ``w`` (its gradient at Gibbs draws of ``w`` estimates that
+of ``log p(y)`` by Fisher's identity); ``pl``, the log predictive probability of the query labels
+given the support. Prediction: for each chain's last ``w``, the Gaussian predictive of the query's
+class functions, Gauss-Hermite quadrature (20 nodes) of ``E[log sigmoid(f_c - f_c')]`` on every
+pairwise difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
+averaged over chains (the authors average log-probabilities; a mixture over ``w`` is the
+predictive).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import zoo
+from zoo import Episode, Prediction
+from zoo.errors import HyperParameterError
+from zoo.gp import DTYPE, SitePosterior, prior_draws
+from zoo.gpmethod import GPMethod, check_finite
+from zoo.method import episode_generator
+from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
+
+
+class Pairs:
+    """The one-vs-each differences ``psi_m = f[y_n, n] - f[c, n]`` for ``c != y_n``."""
+
+    def __init__(self, y: Tensor, way: int):
+        n = y.numel()
+        cls = torch.arange(way, device=y.device).expand(n, way)
+        keep = cls != y[:, None]
+        self.point = torch.arange(n, device=y.device)[:, None].expand(n, way)[keep]
+        self.other = cls[keep]
+        self.label = y[self.point]
+
+    def prior_cov(self, K: Tensor) -> Tensor:
+        """``K_psi = A K A^T`` ``[M, M]`` from per-class ``K`` ``[C, n, n]``: ``Cov(f_a[n],
+        f_b[n']) = [a = b] K_a[n, n']`` expanded over the four terms of the two differences."""
+        p, y, c = self.point, self.label, self.other
+
+        def block(a: Tensor, b: Tensor) -> Tensor:
+            same = (a[:, None] == b[None, :]).to(K.dtype)
+            return same * K[a[:, None], p[:, None], p[None, :]]
+
+        return block(y, y) - block(y, c) - block(c, y) + block(c, c)
+
+    def cross_cov(self, Ksq: Tensor) -> Tensor:
+        """``Cov(psi_m, f_c(x_q))`` ``[C, M, Q]`` from per-class ``Ksq`` ``[C, n, Q]``."""
+        C = Ksq.shape[0]
+        cls = torch.arange(C, device=Ksq.device)[:, None]
+        weight = (self.label[None, :] == cls).to(Ksq.dtype) - (self.other[None, :] == cls).to(Ksq.dtype)
+        return weight[..., None] * Ksq[:, self.point, :]
+
+    def apply(self, f: Tensor) -> Tensor:
+        """``A f`` for ``f`` ``[..., C, n]``."""
+        return f[..., self.label, self.point] - f[..., self.other, self.point]
+
+
+class OVE(GPMethod):
+    """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``."""
+
+    name = "ove"
+    default_kernel: ClassVar[str | None] = "cosine"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"inner-objective"})
+    defaults: ClassVar[dict[str, Any]] = {"loss": "ml", "chains": 20, "train_steps": 1,
+                                          "test_steps": 50, "quadrature": 20,
+                                          "pg_sampler": "auto"}
+
+    def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
+        super().__init__(backbone, way=way, kernel=kernel, **hparams)
+        if self.hparams["loss"] not in ("ml", "pl"):
+            raise HyperParameterError(f"ove: loss must be 'ml' or 'pl', got {self.hparams['loss']!r}")
+        nodes, weights = np.polynomial.hermite_e.hermegauss(self.hparams["quadrature"])
+        self.register_buffer("gh_nodes", torch.from_numpy(nodes).to(DTYPE), persistent=False)
+        self.register_buffer("gh_weights", torch.from_numpy(weights / np.sqrt(2 * np.pi)).to(DTYPE),
+                             persistent=False)
+
+    # -- Gibbs sampling ---------------------------------------------------------------------------
+
+    def gibbs(self, K: Tensor, pairs: Pairs, steps: int, episode: Episode,
+              generator: torch.Generator) -> tuple[Tensor, Tensor, list[float]]:
+        """Run ``chains`` Gibbs chains as one batch, started from the prior (``psi = A f0``);
+        returns the last ``w`` and ``psi`` (each ``[R, M]``) and the mean augmented log marginal
+        per step."""
+        R = self.hparams["chains"]
+        gen = device_generator(generator, K.device)
+        K = K.detach()
+        K_psi = pairs.prior_cov(K)
+        kappa = torch.full((R, len(pairs.point)), 0.5, dtype=DTYPE, device=K.device)
+        psi = pairs.apply(prior_draws(K, R, gen))
+        trace: list[float] = []
+        w = kappa
+        for _ in range(steps):
+            w = sample_polyagamma(1.0, psi, gen, self.hparams["pg_sampler"])
+            post = SitePosterior(K_psi, w, kappa, self.jitter, episode.id)
+            noise = torch.randn(psi.shape, generator=gen, dtype=DTYPE, device=gen.device)
+            prior = pairs.apply(prior_draws(K, R, gen))
+            psi = post.sample(prior, noise.to(K.device))
+            trace.append(float(augmented_log_marginal(post, 1.0, kappa).mean()))
+        return w, psi, trace
+
+    # -- objectives and prediction ---------------------------------------------------------------
+
+    def class_log_scores(self, post: SitePosterior, pairs: Pairs, Ksq: Tensor, kqq: Tensor) -> Tensor:
+        """``[R, Q, C]`` scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` under each chain's
+        Gaussian predictive, by Gauss-Hermite quadrature on the pairwise differences."""
+        C, _, Q = Ksq.shape
+        cross = pairs.cross_cov(Ksq)  # [C, M, Q]
+        flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
+        mean, _ = post.predict(flat, kqq.T.reshape(-1))
+        V = post.whiten(flat).unflatten(-1, (Q, C))  # [R, M, Q, C]
+        cov = -torch.einsum("rmqc,rmqd->rqcd", V, V)
+        cov = cov + torch.diag_embed(kqq.T)  # independent class priors
+        mean = mean.unflatten(-1, (Q, C))
+        diff_mean = mean[..., :, None] - mean[..., None, :]
+        var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
+        diff_var = (var_c[..., :, None] + var_c[..., None, :] - 2 * cov).clamp_min(0)
+        d = diff_mean[..., None] + diff_var.sqrt()[..., None] * self.gh_nodes
+        expected = (F.logsigmoid(d) * self.gh_weights).sum(-1)  # [R, Q, C, C]
+        eye = torch.eye(C, dtype=torch.bool, device=d.device)
+        return expected.masked_fill(eye, 0).sum(-1)
+
+    def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
+        mats = self.kernel_matrices(episode)
+        pairs = Pairs(episode.support_y, episode.way)
+        w, _, trace = self.gibbs(mats.Kss, pairs, steps, episode, episode_generator(episode))
+        kappa = torch.full_like(w, 0.5)
+        post = self.posterior(pairs.prior_cov(mats.Kss), w, kappa, episode)
+        scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
+        return torch.softmax(scores, -1).mean(0), trace
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        steps = self.hparams["train_steps"]
+        if self.hparams["loss"] == "pl":
+            probs, _ = self.query_probs(episode, steps)
+            picked = probs.gather(1, episode.query_y[:, None]).clamp_min(1e-300)
+            return -picked.log().mean()
+        x = torch.cat([episode.support_x, episode.query_x])
+        y = torch.cat([episode.support_y, episode.query_y])
+        z = self.kernel.prepare(check_finite(self.features(x), "features", episode))
+        K = check_finite(self.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
+        K = K.expand(episode.way, *K.shape[-2:])
+        pairs = Pairs(y, episode.way)
+        w, _, _ = self.gibbs(K, pairs, steps, episode, episode_generator(episode))
+        kappa = torch.full_like(w, 0.5)
+        post = self.posterior(pairs.prior_cov(K), w, kappa, episode)
+        return -augmented_log_marginal(post, 1.0, kappa).mean() / y.numel()
+
+    def predict(self, episode: Episode) -> Prediction:
+        probs, trace = self.query_probs(episode, self.hparams["test_steps"])
+        return Prediction(probs.float(), extras={"inner_objective": trace})
+
+
+@zoo.hookimpl
+def zoo_register_methods(register):
+    register(OVE)
