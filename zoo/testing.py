@@ -32,7 +32,8 @@ def toy_episode(way: int, shot: int, query: int = 2, image_size: int = 28, chann
     (sx, sy), (qx, qy) = draw(shot), draw(query)
     return Episode(sx, sy, qx, qy, way=way, shot=shot,
                    info={"dataset": "toy", "split": "test", "index": 0,
-                         "seed": episode_seed(seed, "toy", "test", way, shot, query, 0)})
+                         "seed": episode_seed(seed, "toy", "test", way, shot, query, 0),
+                         "classes": [f"toy-{c}" for c in range(way)]})
 
 
 def build_for_tests(name: str, way: int, **hparams: Any) -> Method:

@@ -1,0 +1,122 @@
+"""The classic baselines: their formulas on tiny inputs, the class table, and conformance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zoo_metric import BaselinePP, CosineLinear, FeatureTransfer, MatchingNet, RelationNet
+
+from zoo import Episode
+from zoo.backbones import Backbone
+from zoo.errors import EpisodeError, HyperParameterError
+from zoo.testing import check_method
+
+
+class Identity(Backbone):
+    feature_dim = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))  # something for the optimiser to reach
+
+    def forward(self, x):
+        return self.scale * x
+
+
+def episode(classes=("a", "b"), seed: int = 0) -> Episode:
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.tensor([[3.0, 0.0], [-3.0, 1.0]])
+    sy, qy = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 1])
+    return Episode(centres[sy] + 0.1 * torch.randn(4, 2, generator=g), sy,
+                   centres[qy] + 0.1 * torch.randn(3, 2, generator=g), qy, way=2, shot=2,
+                   info={"seed": 3, "classes": list(classes), "index": seed})
+
+
+def test_class_table_grows_persists_and_refuses_overflow():
+    m = FeatureTransfer(Identity(), way=2, num_classes=3)
+    m.meta_loss(episode(("x", "y")))
+    m.meta_loss(episode(("y", "z")))
+    assert m.class_index == {"x": 0, "y": 1, "z": 2}
+    # the rows: "y" is row 1 in both episodes
+    ep = episode(("z", "y"))
+    assert m.global_labels(ep, ep.support_y).tolist() == [2, 2, 1, 1]
+    again = FeatureTransfer(Identity(), way=2, num_classes=3)
+    again.load_state_dict(m.state_dict())
+    assert again.class_index == m.class_index
+    with pytest.raises(HyperParameterError, match="num_classes"):
+        m.meta_loss(episode(("w", "x")))
+    ep = episode()
+    ep.info.pop("classes")
+    with pytest.raises(EpisodeError, match="classes"):
+        FeatureTransfer(Identity(), way=2).meta_loss(ep)
+
+
+def test_pretraining_loss_is_cross_entropy_over_global_rows():
+    m = FeatureTransfer(Identity(), way=2, num_classes=4)
+    m.class_index = {"q": 0, "b": 1, "a": 2}
+    ep = episode(("a", "b"))
+    x = torch.cat([ep.support_x, ep.query_x])
+    y = torch.tensor([2, 2, 1, 1, 2, 1, 1])
+    assert torch.allclose(m.meta_loss(ep), F.cross_entropy(m.classifier(x), y))
+
+
+def test_feature_transfer_logistic_regression_separates_the_classes():
+    with torch.no_grad():
+        probs = FeatureTransfer(Identity(), way=2).eval().predict(episode()).probs
+    assert (probs.argmax(1) == torch.tensor([0, 1, 1])).all()
+    assert torch.allclose(probs.sum(1), torch.ones(3))
+
+
+def test_cosine_classifier_is_scaled_cosine_similarity():
+    w = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    out = CosineLinear(w, scale=10.0)(torch.tensor([[2.0, 0.0]]))
+    assert torch.allclose(out, torch.tensor([[10.0, 10.0 / 2 ** 0.5]]))
+
+
+def test_baseline_pp_fine_tuning_separates_the_classes():
+    m = BaselinePP(Identity(), way=2, finetune_epochs=20).eval()
+    with torch.no_grad():
+        probs = m.predict(episode()).probs
+    assert (probs.argmax(1) == torch.tensor([0, 1, 1])).all()
+
+
+def test_matching_net_without_fce_is_the_attention_kernel_sum():
+    m, ep = MatchingNet(Identity(), way=2, fce=False, scale=5.0), episode()
+    s, q = ep.support_x, ep.query_x
+    cos = (q / q.norm(dim=1, keepdim=True)) @ (s / s.norm(dim=1, keepdim=True)).T
+    a = torch.softmax(5.0 * cos, 1)
+    expected = torch.stack([a[:, :2].sum(1), a[:, 2:].sum(1)], 1)
+    with torch.no_grad():
+        assert torch.allclose(m.predict(ep).probs, expected, atol=1e-6)
+    assert torch.allclose(m.meta_loss(ep), F.nll_loss(expected.log(), ep.query_y), atol=1e-5)
+
+
+def test_matching_net_fce_support_embedding_is_input_plus_both_directions():
+    m, ep = MatchingNet(Identity(), way=2), episode()
+    s = ep.support_x
+    h = m.support_lstm(s[None])[0][0]
+    assert torch.allclose(m.embed_support(s), s + h[:, :2] + h[:, 2:])
+
+
+def test_relation_net_compares_queries_with_summed_support_embeddings():
+    m, ep = RelationNet(Identity(), way=2), episode()
+    s = ep.support_x
+    classes = torch.stack([s[:2].sum(0), s[2:].sum(0)])
+    q = ep.query_x[1]
+    score = m.relation(torch.cat([q, classes[1]]))
+    assert torch.allclose(m.scores(ep)[1, 1], score.squeeze())
+    target = F.one_hot(ep.query_y, 2).float()
+    assert torch.allclose(m.meta_loss(ep), ((m.scores(ep) - target) ** 2).mean())
+
+
+@pytest.mark.parametrize("name", ["matchingnet", "relationnet"])
+def test_conformance(name):
+    check_method(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["feature-transfer", "baseline-pp"])
+def test_conformance_pretrained(name):
+    check_method(name)

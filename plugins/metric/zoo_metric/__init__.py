@@ -1,0 +1,231 @@
+"""Classic few-shot baselines as zoo methods (ProtoNet lives in its own plugin, ``protonet``).
+
+- ``feature-transfer``: a backbone pre-trained as an ordinary classifier over the training classes;
+  at test a scikit-learn logistic regression on the support features (Chen et al., "A Closer Look
+  at Few-shot Classification", ICLR 2019: "Baseline").
+- ``baseline-pp``: the same with a cosine classifier, and at test a new cosine classifier
+  fine-tuned on the support features as in Chen et al. ("Baseline++").
+- ``matchingnet``: Matching Networks (Vinyals et al., NeurIPS 2016), with the full context
+  embeddings (bidirectional LSTM over the support, attention LSTM for the queries) by default.
+- ``relationnet``: Relation Networks (Sung et al., CVPR 2018): a learned relation score between a
+  query and each class's summed support embedding, trained by mean squared error to one-hot.
+
+Pre-training from episodes. The runner only hands methods episodes, so the two pre-trained
+baselines keep a class table: each global class name (``episode.info["classes"]``) gets the next
+free row of a classifier head of fixed capacity ``num_classes`` the first time it is seen, and
+every training episode (support and query together) is one mini-batch of ordinary supervised
+classification over all rows. The table is part of the module's state (saved in checkpoints via
+``get_extra_state``); a data set with more training classes than ``num_classes`` is an error that
+says to raise it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.linear_model import LogisticRegression
+from torch import Tensor, nn
+
+import zoo
+from zoo import Episode, Method, Prediction
+from zoo.backbones import Backbone
+from zoo.errors import EpisodeError, HyperParameterError
+from zoo.method import episode_generator
+
+
+class CosineLinear(nn.Module):
+    """``scale * cos(x, w_c)`` for every class row ``w_c`` (Baseline++'s classifier)."""
+
+    def __init__(self, weight: Tensor, scale: float):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.scale = scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * F.normalize(x, dim=-1) @ F.normalize(self.weight, dim=-1).T
+
+
+class PretrainedClassifier(Method):
+    """A backbone trained as a plain classifier over the training classes (see the module doc)."""
+
+    defaults = {"num_classes": 1000}
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        if self.hparams["num_classes"] < 1:
+            raise HyperParameterError(f"{self.name}: num_classes must be positive")
+        self.class_index: dict[str, int] = {}
+        self.classifier = self.make_head(backbone.feature_dim, self.hparams["num_classes"])
+
+    def make_head(self, in_features: int, out_features: int) -> nn.Module:
+        return nn.Linear(in_features, out_features)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"classes": sorted(self.class_index, key=self.class_index.__getitem__)}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.class_index = {name: i for i, name in enumerate(state["classes"])}
+
+    def global_labels(self, episode: Episode, labels: Tensor) -> Tensor:
+        """Episode labels ``0..way-1`` mapped to rows of the head, growing the class table."""
+        names = episode.info.get("classes")
+        if names is None or len(names) != episode.way:
+            raise EpisodeError(f"{self.name} pre-trains on global classes but episode {episode.id} "
+                               "has no info['classes'] (one name per way); sample it with "
+                               "zoo.EpisodeSampler")
+        capacity = self.hparams["num_classes"]
+        for name in names:
+            if name not in self.class_index:
+                if len(self.class_index) == capacity:
+                    raise HyperParameterError(
+                        f"{self.name}: more than num_classes={capacity} training classes seen "
+                        f"(episode {episode.id}); raise num_classes to at least the number of "
+                        "training classes")
+                self.class_index[name] = len(self.class_index)
+        rows = torch.tensor([self.class_index[n] for n in names], device=labels.device)
+        return rows[labels]
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        x = torch.cat([episode.support_x, episode.query_x])
+        y = self.global_labels(episode, torch.cat([episode.support_y, episode.query_y]))
+        return F.cross_entropy(self.classifier(self.features(x)), y)
+
+
+class FeatureTransfer(PretrainedClassifier):
+    """Pre-trained features; at test a scikit-learn logistic regression (L2, inverse strength
+    ``logreg_c``) fitted on the support features."""
+
+    name = "feature-transfer"
+    defaults = {"logreg_c": 1.0}
+
+    def predict(self, episode: Episode) -> Prediction:
+        support = self.features(episode.support_x).double().cpu().numpy()
+        query = self.features(episode.query_x).double().cpu().numpy()
+        clf = LogisticRegression(C=self.hparams["logreg_c"], max_iter=1000)
+        clf.fit(support, episode.support_y.cpu().numpy())
+        probs = np.zeros((len(query), episode.way))
+        probs[:, clf.classes_] = clf.predict_proba(query)
+        return Prediction(torch.as_tensor(probs, dtype=torch.float32,
+                                          device=episode.query_x.device))
+
+
+class BaselinePP(PretrainedClassifier):
+    """Cosine-classifier pre-training; at test a new cosine classifier fine-tuned on the support
+    features with Chen et al.'s recipe (SGD lr 0.01, momentum 0.9, dampening 0.9, weight decay
+    1e-3, batches of 4, ``finetune_epochs`` passes), its initialisation and batch order drawn
+    from the episode's generator."""
+
+    name = "baseline-pp"
+    defaults = {"scale": 10.0, "finetune_epochs": 100, "finetune_batch": 4}
+
+    def make_head(self, in_features: int, out_features: int) -> nn.Module:
+        weight = torch.empty(out_features, in_features)
+        nn.init.kaiming_uniform_(weight, a=5 ** 0.5)
+        return CosineLinear(weight, self.hparams["scale"])
+
+    def predict(self, episode: Episode) -> Prediction:
+        support, query = self.features(episode.support_x), self.features(episode.query_x)
+        g = episode_generator(episode)
+        bound = 1.0 / support.shape[1] ** 0.5  # nn.Linear's initialisation, from the episode
+        weight = (torch.rand(episode.way, support.shape[1], generator=g) * 2 - 1) * bound
+        head = CosineLinear(weight.to(support.device), self.hparams["scale"])
+        opt = torch.optim.SGD(head.parameters(), lr=0.01, momentum=0.9, dampening=0.9,
+                              weight_decay=1e-3)
+        n, batch = len(support), self.hparams["finetune_batch"]
+        with torch.enable_grad():
+            for _ in range(self.hparams["finetune_epochs"]):
+                order = torch.randperm(n, generator=g).to(support.device)
+                for i in range(0, n, batch):
+                    pick = order[i:i + batch]
+                    loss = F.cross_entropy(head(support[pick]), episode.support_y[pick])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+        return Prediction(torch.softmax(head(query).detach(), -1))
+
+
+class MatchingNet(Method):
+    """Matching Networks: ``p(y | x) = sum_i a(x, x_i) 1[y_i = y]`` with ``a`` a softmax over
+    ``scale * cos(f(x), g(x_i))``; ``f`` and ``g`` are the full context embeddings when ``fce``."""
+
+    name = "matchingnet"
+    defaults = {"fce": True, "scale": 100.0}
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        d = backbone.feature_dim
+        if self.hparams["fce"]:
+            self.support_lstm = nn.LSTM(d, d, batch_first=True, bidirectional=True)
+            self.query_cell = nn.LSTMCell(d, d)
+
+    def embed_support(self, s: Tensor) -> Tensor:
+        """``g(x_i) = x_i + h_fwd_i + h_bwd_i`` over the support sequence (Vinyals et al., App. A.2)."""
+        h = self.support_lstm(s[None])[0][0]
+        d = s.shape[1]
+        return s + h[:, :d] + h[:, d:]
+
+    def embed_query(self, q: Tensor, g: Tensor) -> Tensor:
+        """The attention LSTM: ``len(g)`` read steps over the support embeddings ``g``."""
+        h, c = q, torch.zeros_like(q)
+        r = torch.zeros_like(q)
+        for _ in range(len(g)):
+            h, c = self.query_cell(q, (h + r, c))
+            h = h + q
+            r = torch.softmax(h @ g.T, -1) @ g
+        return h
+
+    def log_probs(self, episode: Episode) -> Tensor:
+        s, q = self.features(episode.support_x), self.features(episode.query_x)
+        if self.hparams["fce"]:
+            s = self.embed_support(s)
+            q = self.embed_query(q, s)
+        log_a = torch.log_softmax(
+            self.hparams["scale"] * F.normalize(q, dim=-1) @ F.normalize(s, dim=-1).T, -1)
+        mask = F.one_hot(episode.support_y, episode.way).T.bool()  # [way, n]
+        return torch.logsumexp(log_a[:, None, :].masked_fill(~mask, float("-inf")), -1)
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        return F.nll_loss(self.log_probs(episode), episode.query_y)
+
+    def predict(self, episode: Episode) -> Prediction:
+        return Prediction(self.log_probs(episode).exp())
+
+
+class RelationNet(Method):
+    """Relation Networks: ``r(q, c) = sigmoid(MLP([f(q), sum_{i in c} f(x_i)]))``, trained by
+    MSE to one-hot. The zoo's backbones return vectors, so the relation module is a multi-layer
+    perceptron (hidden ``relation_dim``, then 8 units as in Sung et al.) instead of the paper's
+    two conv blocks over feature maps. Probabilities are the scores normalised over classes."""
+
+    name = "relationnet"
+    defaults = {"relation_dim": 64}
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        d, h = backbone.feature_dim, self.hparams["relation_dim"]
+        self.relation = nn.Sequential(nn.Linear(2 * d, h), nn.ReLU(), nn.Linear(h, 8), nn.ReLU(),
+                                      nn.Linear(8, 1), nn.Sigmoid())
+
+    def scores(self, episode: Episode) -> Tensor:
+        s, q = self.features(episode.support_x), self.features(episode.query_x)
+        classes = F.one_hot(episode.support_y, episode.way).to(s.dtype).T @ s  # [way, d]
+        pairs = torch.cat([q[:, None].expand(-1, episode.way, -1),
+                           classes[None].expand(len(q), -1, -1)], -1)
+        return self.relation(pairs).squeeze(-1)
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        target = F.one_hot(episode.query_y, episode.way).to(episode.query_x.dtype)
+        return F.mse_loss(self.scores(episode), target)
+
+    def predict(self, episode: Episode) -> Prediction:
+        r = self.scores(episode).clamp_min(torch.finfo(torch.float32).tiny)
+        return Prediction(r / r.sum(-1, keepdim=True))
+
+
+@zoo.hookimpl
+def zoo_register_methods(register):
+    for cls in (FeatureTransfer, BaselinePP, MatchingNet, RelationNet):
+        register(cls)
