@@ -1,0 +1,146 @@
+"""ABML's ELBO and posterior, the SVGD direction and its stationary spread, conformance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zoo_bayesian_maml import ABML, BMAML, svgd_direction
+
+from zoo import Episode
+from zoo.backbones import Backbone
+from zoo.testing import check_method
+
+
+class Tiny(Backbone):
+    feature_dim = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.tanh(self.layer(x))
+
+
+def tiny_episode() -> Episode:
+    g = torch.Generator().manual_seed(0)
+    return Episode(torch.randn(4, 4, generator=g, dtype=torch.float64), torch.tensor([0, 0, 1, 1]),
+                   torch.randn(6, 4, generator=g, dtype=torch.float64),
+                   torch.tensor([0, 0, 0, 1, 1, 1]), way=2, shot=2, info={"seed": 11})
+
+
+def tiny(cls, **hparams):
+    torch.manual_seed(0)
+    return cls(Tiny(), way=2, **hparams).double()
+
+
+def forward(w: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    return F.linear(torch.tanh(F.linear(x, w[0], w[1])), w[2], w[3])
+
+
+# -- ABML -----------------------------------------------------------------------------------------
+
+def test_negative_elbo_is_expected_nll_plus_closed_form_gaussian_kl():
+    m, ep = tiny(ABML), tiny_episode()
+    p_loc, p_scale = m.prior()
+    g = torch.Generator().manual_seed(1)
+    q_loc = [(p + 0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype)).detach()
+             for p in p_loc]
+    q_scale = [(s * torch.exp(torch.randn(s.shape, generator=g, dtype=s.dtype))).detach()
+               for s in p_scale]
+    torch.manual_seed(5)
+    got = m.negative_elbo(ep.support_x, ep.support_y, q_loc, q_scale, samples=3)
+    torch.manual_seed(5)
+    nll = 0.0
+    for _ in range(3):  # the guide draws its sites in order, by reparameterisation
+        w = [torch.distributions.Normal(mu, s).rsample() for mu, s in zip(q_loc, q_scale)]
+        nll += F.cross_entropy(forward(w, ep.support_x), ep.support_y, reduction="sum") / 3
+    kl = sum((torch.log(sp / sq) + (sq**2 + (mq - mp) ** 2) / (2 * sp**2) - 0.5).sum()
+             for mq, sq, mp, sp in zip(q_loc, q_scale, p_loc, p_scale))
+    assert torch.allclose(got, nll + kl, rtol=1e-10)
+
+
+def test_posterior_starts_at_the_prior_and_a_tight_prior_holds_it_there():
+    ep = tiny_episode()
+
+    def distance_after_adaptation(prior_std: float) -> float:
+        m = tiny(ABML, prior_init_std=prior_std, inner_lr=5e-4)
+        torch.manual_seed(0)
+        loc, _ = m.adapt(ep, steps=200, samples=1, create_graph=False)
+        return max((a - b).abs().max().item() for a, b in zip(loc, m.prior()[0]))
+
+    m = tiny(ABML)
+    loc, scale = m.adapt(ep, steps=0, samples=1, create_graph=False)
+    assert all(torch.equal(a, b) for a, b in zip(loc + scale, sum(m.prior(), [])))
+    tight, broad = distance_after_adaptation(0.01), distance_after_adaptation(1.0)
+    assert tight < 2e-3 and broad > 10 * tight
+
+
+def test_abml_meta_gradient_reaches_prior_mean_and_scale():
+    m, ep = tiny(ABML, inner_lr=0.1, inner_steps=2), tiny_episode()
+    m.train()
+    m.meta_loss(ep).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+
+
+# -- SVGD and BMAML -------------------------------------------------------------------------------
+
+def test_svgd_direction_matches_the_kernelised_stein_operator():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    score = -x  # a standard normal target
+    h = 1.7
+    expected = torch.zeros_like(x)
+    for i in range(4):
+        for j in range(4):
+            xj = x[j].clone().requires_grad_()
+            k = torch.exp(-((xj - x[i]) ** 2).sum() / h)
+            (grad_k,) = torch.autograd.grad(k, xj)
+            expected[i] += (k.detach() * score[j] + grad_k) / 4
+    assert torch.allclose(svgd_direction(x, score, h), expected, atol=1e-12)
+
+
+def test_svgd_particles_spread_to_the_variance_of_a_gaussian_target():
+    mean, std = 2.0, 0.5
+    x = torch.linspace(-1.0, 0.0, 100, dtype=torch.float64)[:, None]
+    for _ in range(500):
+        x = x + 0.1 * svgd_direction(x, -(x - mean) / std**2)
+    assert abs(x.mean().item() - mean) < 0.02
+    assert abs(x.var().item() / std**2 - 1) < 0.1
+
+
+def test_bmaml_with_one_particle_and_a_flat_prior_is_a_maml_step():
+    m, ep = tiny(BMAML, num_particles=1, prior_std=1e12, inner_lr=0.5, test_inner_steps=1), \
+        tiny_episode()
+    theta = m.particles().detach()
+    w = [p.clone().requires_grad_() for p in m.unflatten(theta[0])]
+    grads = torch.autograd.grad(F.cross_entropy(forward(w, ep.support_x), ep.support_y), w)
+    expected = torch.softmax(forward([p - 0.5 * g for p, g in zip(w, grads)], ep.query_x), -1)
+    with torch.no_grad():
+        probs = m.eval().predict(ep).probs
+    assert torch.allclose(probs, expected, atol=1e-10)
+
+
+def test_bmaml_particles_start_distinct_and_all_parameters_get_meta_gradient():
+    m, ep = tiny(BMAML, num_particles=3, inner_lr=0.1, inner_steps=2), tiny_episode()
+    theta = m.particles()
+    assert torch.cdist(theta, theta).triu(1)[torch.triu_indices(3, 3, 1).unbind()].min() > 0.1
+    m.train()
+    m.meta_loss(ep).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+    assert math.isfinite(m.meta_loss(ep).item())
+
+
+@pytest.mark.parametrize("name", ["abml", "bmaml"])
+def test_conformance_small(name):
+    check_method(name, settings=((2, 1),))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["abml", "bmaml"])
+def test_conformance(name):
+    check_method(name)

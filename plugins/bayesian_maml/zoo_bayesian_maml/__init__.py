@@ -1,0 +1,268 @@
+"""Weight-space Bayesian meta-learning: ABML and Bayesian MAML, on the zoo's backbones.
+
+- ``abml``: Amortized Bayesian Meta-Learning (Ravi & Beatson, ICLR 2019). A meta-learned
+  mean-field Gaussian prior ``p(w) = N(mu, sigma^2)`` over every weight of backbone + head (``mu``
+  is the backbone's and head's own parameters, ``log sigma`` a parameter per weight). A task's
+  posterior ``q(w) = N(m, s^2)`` starts at the prior and takes ``inner_steps`` gradient steps on
+  the support's negative ELBO per example. The meta-objective is the negative ELBO of
+  support + query under that posterior (Ravi & Beatson, eq. 7), plus a Normal-Gamma hyperprior
+  on ``(mu, 1 / sigma^2)`` weighted by ``hyperprior_weight``. The ELBO is Pyro's
+  ``TraceMeanField_ELBO.differentiable_loss`` (analytic Gaussian KL, reparameterised likelihood
+  term), over Pyro's distributions; the prediction averages the softmax over ``test_samples``
+  draws from ``q``.
+- ``bmaml``: Bayesian MAML (Yoon et al., NeurIPS 2018), the non-Chaser variant. ``num_particles``
+  meta-learned parameter particles, each moved by ``inner_steps`` Stein variational gradient
+  descent steps (Liu & Wang 2016) on the support posterior ``p(D | w) p(w)`` (Gaussian prior of
+  scale ``prior_std``); the meta-objective is the query negative log of the particle-averaged
+  predictive, differentiated through the SVGD steps; the prediction averages over particles.
+
+Steps are taken on per-example objectives (the log posterior divided by the support size), so
+``inner_lr`` means what it means for MAML; defaults follow MAML's published protocol table
+(``zoo_maml.PUBLISHED``), except that ABML takes one inner step, in training and at test: starting
+from the prior the KL's gradient is zero, so the first step is stable for any prior, whereas later
+plain gradient steps on the KL need ``inner_lr < 2 * N * sigma^2`` (N support examples).
+
+Pyro's own SVGD (``pyro.infer.SVGD`` with ``RBFSteinKernel``) is not used: its kernel is computed
+under ``torch.no_grad`` with a per-dimension bandwidth, and BMAML must differentiate through the
+update; :func:`svgd_direction` is the standard isotropic-RBF Stein direction, tested against the
+closed form.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.infer import TraceMeanField_ELBO
+from torch import Tensor, nn
+from torch.func import functional_call
+from zoo_maml import PUBLISHED, InnerLoopMethod, check_finite
+
+import zoo
+from zoo import Episode, Prediction
+from zoo.backbones import Backbone
+from zoo.method import episode_generator
+
+
+def _one_step_table(steps: int) -> dict:
+    return {p: {w: {**s, "inner_steps": steps, "test_inner_steps": steps} for w, s in t.items()}
+            for p, t in PUBLISHED.items()}
+
+
+class WeightSpaceMethod(InnerLoopMethod):
+    """Backbone + ``way``-output head, evaluated with any weights through ``functional_call``."""
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        self.head = nn.Linear(backbone.feature_dim, way)
+
+    def network(self) -> nn.Module:
+        return nn.Sequential(self.backbone, self.head)
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.network().named_parameters()]
+
+    def logits(self, weights: Sequence[Tensor], x: Tensor) -> Tensor:
+        return functional_call(self.network(), dict(zip(self.names(), weights)), (x,))
+
+
+class ABML(WeightSpaceMethod):
+    """Amortized Bayesian Meta-Learning (see the module docstring)."""
+
+    name = "abml"
+    defaults = {"prior_init_std": 0.01, "train_samples": 1, "test_samples": 10,
+                "hyperprior_a": 1.0, "hyperprior_b": 0.01, "hyperprior_weight": 1e-3}
+    published = _one_step_table(1)
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        log_std = math.log(self.hparams["prior_init_std"])
+        self.prior_log_std = nn.ParameterList(
+            [nn.Parameter(torch.full_like(p, log_std)) for p in self.network().parameters()])
+
+    def prior(self) -> tuple[list[Tensor], list[Tensor]]:
+        return list(self.network().parameters()), [s.exp() for s in self.prior_log_std]
+
+    def negative_elbo(self, x: Tensor, y: Tensor, q_loc: Sequence[Tensor],
+                      q_scale: Sequence[Tensor], samples: int) -> Tensor:
+        """``-ELBO = E_q[-log p(y | x, w)] + KL(q || prior)`` by Pyro, differentiable in both."""
+        p_loc, p_scale = self.prior()
+        names = self.names()
+
+        def model() -> None:
+            w = [pyro.sample(n, dist.Normal(m, s).to_event(m.dim()))
+                 for n, m, s in zip(names, p_loc, p_scale)]
+            with pyro.plate("data", len(y)):
+                pyro.sample("y", dist.Categorical(logits=self.logits(w, x)), obs=y)
+
+        def guide() -> None:
+            for n, m, s in zip(names, q_loc, q_scale):
+                pyro.sample(n, dist.Normal(m, s).to_event(m.dim()))
+
+        return TraceMeanField_ELBO(num_particles=samples).differentiable_loss(model, guide)
+
+    def adapt(self, episode: Episode, steps: int, samples: int, create_graph: bool,
+              record: list[float] | None = None) -> tuple[list[Tensor], list[Tensor]]:
+        """The task posterior: ``steps`` gradient steps on the support's -ELBO per example, in
+        ``(mean, log std)``, from the prior."""
+        p_loc, p_scale = self.prior()
+        loc, log_scale = list(p_loc), [s.log() for s in p_scale]
+        n, lr = len(episode.support_y), self.hparams["inner_lr"]
+        for _ in range(steps):
+            loss = self.negative_elbo(episode.support_x, episode.support_y, loc,
+                                      [s.exp() for s in log_scale], samples) / n
+            check_finite(loss, episode, "the support -ELBO")
+            if record is not None:
+                record.append(loss.item())
+            grads = torch.autograd.grad(loss, loc + log_scale, create_graph=create_graph)
+            loc = [m - lr * g for m, g in zip(loc, grads[: len(loc)])]
+            log_scale = [s - lr * g for s, g in zip(log_scale, grads[len(loc):])]
+        return loc, [s.exp() for s in log_scale]
+
+    def hyperprior_nll(self) -> Tensor:
+        """``-log p(mu, lambda)`` averaged over weights, Normal-Gamma: ``lambda = 1 / sigma^2 ~
+        Gamma(a, b)``, ``mu | lambda ~ N(0, 1 / lambda)``."""
+        a, b = self.hparams["hyperprior_a"], self.hparams["hyperprior_b"]
+        total, count = 0.0, 0
+        for mu, log_std in zip(self.network().parameters(), self.prior_log_std):
+            precision = torch.exp(-2 * log_std)
+            total = total - (dist.Gamma(a, b).log_prob(precision)
+                             + dist.Normal(0.0, log_std.exp()).log_prob(mu)).sum()
+            count += mu.numel()
+        return total / count
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        samples = self.hparams["train_samples"]
+        loc, scale = self.adapt(episode, self.inner_steps(), samples, create_graph=True)
+        x = torch.cat([episode.support_x, episode.query_x])
+        y = torch.cat([episode.support_y, episode.query_y])
+        loss = self.negative_elbo(x, y, loc, scale, samples) / len(y)
+        return loss + self.hparams["hyperprior_weight"] * self.hyperprior_nll()
+
+    def predict(self, episode: Episode) -> Prediction:
+        device = episode.query_x.device
+        seed = int(torch.randint(2**62, (1,), generator=episode_generator(episode)))
+        objective: list[float] = []
+        # Pyro draws from the global generator: fork it, seeded by the episode, so that the
+        # prediction is a function of the episode and the caller's random state is untouched.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            with torch.enable_grad():
+                loc, scale = self.adapt(episode, self.inner_steps(), 1, False, objective)
+            loc, scale = [m.detach() for m in loc], [s.detach() for s in scale]
+            probs = torch.stack([
+                torch.softmax(self.logits([dist.Normal(m, s).sample() for m, s in zip(loc, scale)],
+                                          episode.query_x), -1)
+                for _ in range(self.hparams["test_samples"])]).mean(0)
+        return Prediction(probs, {"inner_objective": objective})
+
+
+def rbf_bandwidth(particles: Tensor) -> Tensor:
+    """Liu & Wang's median heuristic ``h = med^2 / log(M + 1)`` on pairwise squared distances
+    (constant for differentiation, as a heuristic should be)."""
+    m = particles.shape[0]
+    d2 = torch.cdist(particles, particles).pow(2).detach()
+    if m < 2:
+        return torch.ones((), dtype=particles.dtype, device=particles.device)
+    upper = d2[torch.triu_indices(m, m, 1, device=d2.device).unbind()]
+    return upper.median().clamp_min(torch.finfo(d2.dtype).tiny) / math.log(m + 1)
+
+
+def svgd_direction(particles: Tensor, score: Tensor, bandwidth: Tensor | float | None = None
+                   ) -> Tensor:
+    """The kernelised Stein direction ``phi(x_i) = 1/M sum_j [k(x_j, x_i) score(x_j) +
+    grad_{x_j} k(x_j, x_i)]`` with ``k(a, b) = exp(-||a - b||^2 / h)``; ``[M, P]`` in and out."""
+    h = rbf_bandwidth(particles) if bandwidth is None else bandwidth
+    d2 = (particles[:, None, :] - particles[None, :, :]).pow(2).sum(-1)
+    k = torch.exp(-d2 / h)  # symmetric [M, M]
+    repulsion = (2.0 / h) * (particles * k.sum(1, keepdim=True) - k @ particles)
+    return (k @ score + repulsion) / particles.shape[0]
+
+
+class BMAML(WeightSpaceMethod):
+    """Bayesian MAML with SVGD in the inner loop (see the module docstring)."""
+
+    name = "bmaml"
+    defaults = {"num_particles": 5, "prior_std": 10.0}
+
+    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
+        super().__init__(backbone, way=way, **hparams)
+        base = nn.utils.parameters_to_vector(self.network().parameters()).detach()
+        inits = []
+        for _ in range(self.hparams["num_particles"]):
+            fresh = copy.deepcopy(self.network())
+            for module in fresh.modules():
+                if module is not fresh and hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+            inits.append(nn.utils.parameters_to_vector(fresh.parameters()).detach() - base)
+        # Particle m is the shared vector (the backbone's and head's parameters) plus offset m, so
+        # that particles start as independent initialisations and the backbone is meta-learned.
+        self.offsets = nn.Parameter(torch.stack(inits))
+
+    def particles(self) -> Tensor:
+        return nn.utils.parameters_to_vector(self.network().parameters())[None] + self.offsets
+
+    def unflatten(self, flat: Tensor) -> list[Tensor]:
+        out, i = [], 0
+        for p in self.network().parameters():
+            out.append(flat[i:i + p.numel()].view_as(p))
+            i += p.numel()
+        return out
+
+    def particle_logits(self, particles: Tensor, x: Tensor) -> Tensor:
+        return torch.stack([self.logits(self.unflatten(p), x) for p in particles])  # [M, n, way]
+
+    def svgd(self, episode: Episode, steps: int, create_graph: bool,
+             record: list[float] | None = None) -> Tensor:
+        """``steps`` SVGD steps of size ``inner_lr / N`` on ``log p(D_support | w) + log p(w)``."""
+        theta = self.particles()
+        if not create_graph:
+            theta = theta.detach().requires_grad_()
+        n = len(episode.support_y)
+        prior = dist.Normal(torch.zeros((), device=theta.device, dtype=theta.dtype),
+                            self.hparams["prior_std"])
+        for _ in range(steps):
+            logits = self.particle_logits(theta, episode.support_x)
+            nll = F.cross_entropy(logits.flatten(0, 1), episode.support_y.repeat(len(theta)),
+                                  reduction="sum")
+            check_finite(nll, episode, "the support negative log-likelihood")
+            if record is not None:
+                record.append(nll.item() / (n * len(theta)))
+            log_post = -nll + prior.log_prob(theta).sum()
+            (score,) = torch.autograd.grad(log_post, theta, create_graph=create_graph)
+            theta = theta + self.hparams["inner_lr"] / n * svgd_direction(theta, score)
+            if not create_graph:
+                theta = theta.detach().requires_grad_()
+        return theta
+
+    def log_predictive(self, theta: Tensor, x: Tensor) -> Tensor:
+        """``log (1/M) sum_m softmax(f(x; theta_m))``, ``[n, way]``."""
+        log_p = torch.log_softmax(self.particle_logits(theta, x), -1)
+        return torch.logsumexp(log_p, 0) - math.log(len(theta))
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        theta = self.svgd(episode, self.inner_steps(), create_graph=True)
+        return F.nll_loss(self.log_predictive(theta, episode.query_x), episode.query_y)
+
+    def predict(self, episode: Episode) -> Prediction:
+        objective: list[float] = []
+        with torch.enable_grad():
+            theta = self.svgd(episode, self.inner_steps(), create_graph=False, record=objective)
+        theta = theta.detach()
+        logits = self.particle_logits(theta, episode.support_x)
+        objective.append(F.cross_entropy(logits.flatten(0, 1),
+                                         episode.support_y.repeat(len(theta))).item())
+        return Prediction(self.log_predictive(theta, episode.query_x).exp(),
+                          {"inner_objective": objective})
+
+
+@zoo.hookimpl
+def zoo_register_methods(register):
+    for cls in (ABML, BMAML):
+        register(cls)
