@@ -39,3 +39,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     import torch
 
     return _atomic(path, lambda f: torch.save(obj, f), mode="wb")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    return _atomic(path, lambda f: f.write(data), mode="wb")

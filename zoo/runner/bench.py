@@ -1,0 +1,179 @@
+"""Running a whole suite into a results folder: check what it needs, skip finished cells, run the
+rest on an executor, record each finished cell's line, and write the report."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from zoo.errors import DataMissingError, UnknownNameError, ZooError
+from zoo.runner.cell import DatasetCache, Outcome
+from zoo.runner.config import (
+    SETTINGS,
+    Cell,
+    Suite,
+    SuiteError,
+    apply_overrides,
+    expand_cells,
+    load_suite,
+    select_methods,
+)
+from zoo.runner.executors import LocalExecutor, RayExecutor
+from zoo.runner.storage import Results
+
+log = logging.getLogger(__name__)
+
+
+class MissingRequirementsError(ZooError):
+    """What a suite needs that is not here (data, a GPU), all of it in one message."""
+
+
+@dataclass
+class BenchOutcome:
+    root: Path
+    cells: list[Cell] = field(default_factory=list)
+    skipped: int = 0
+    finished: list[Outcome] = field(default_factory=list)
+    failed: list[Outcome] = field(default_factory=list)
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ZooError(f"--device {device}: no CUDA device is available here; use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ZooError(f"--device {device!r}: choose auto, cpu or cuda")
+    return device
+
+
+def prepare_suite(name: str, sets: Sequence[str] = (), only: Sequence[str] | None = None
+                  ) -> tuple[Suite, list[str]]:
+    """The suite with ``--set`` applied and the methods it will run."""
+    suite = load_suite(name)
+    setting_sets = [s for s in sets if s.partition("=")[0].strip() in SETTINGS]
+    suite = apply_overrides(suite, setting_sets, [])
+    methods = [] if suite.settings["entry"] else select_methods(suite, only)
+    suite = apply_overrides(suite, [s for s in sets if s not in setting_sets], methods)
+    if not suite.settings["entry"] and not methods:
+        raise SuiteError(f"suite {name!r} selects no method; install a method plugin "
+                         "(zoo methods lists the installed ones)")
+    return suite, methods
+
+
+def check_requirements(suite: Suite, device: str, data_dir: str | None,
+                       datasets: DatasetCache) -> None:
+    """Load every data set the suite names and check the device; report everything missing."""
+    from zoo.plugins import registry
+
+    missing = []
+    if "cuda" in suite.settings["requires"] and not device.startswith("cuda"):
+        missing.append("a CUDA GPU (this suite is sized for one; run it on a GPU machine with "
+                       "--device cuda)" if not torch.cuda.is_available() else
+                       "--device cuda (a GPU is here, but --device selects the CPU)")
+    names = dict.fromkeys([*suite.settings["train_datasets"], *suite.settings["test_datasets"]])
+    known = registry().names("datasets")
+    for name in names:
+        if name not in known:
+            missing.append(f"data set {name!r} is not registered (install the plugin that "
+                           f"provides it); registered: {', '.join(known)}")
+            continue
+        try:
+            datasets.get(name)
+        except DataMissingError as exc:
+            missing.append(f"data set {name!r}: {exc}")
+    if missing:
+        where = f" (--data-dir {data_dir})" if data_dir else ""
+        raise MissingRequirementsError(f"suite {suite.name!r} cannot start{where}; missing:\n  - "
+                                       + "\n  - ".join(missing))
+
+
+def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Path:
+    """A suite that runs a plugin-provided experiment function instead of cells."""
+    spec = suite.settings["entry"]
+    module_name, _, function_name = spec.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise SuiteError(f"suite {suite.name!r}: entry {spec!r} cannot be loaded ({exc}); is the "
+                         "plugin that provides it installed?") from exc
+    results = Results.open(out)
+    results.save_suite(suite.to_json())
+    target = out / "experiments" / suite.name
+    target.mkdir(parents=True, exist_ok=True)
+    function(target, data_dir, device, dict(suite.settings))
+    return target
+
+
+def run_suite(name: str = "quick", *, out: Path, data_dir: str | None = None,
+              device: str = "auto", executor: str = "local", address: str | None = None,
+              workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
+              force: bool = False, progress: bool = True) -> BenchOutcome:
+    """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed."""
+    if executor not in ("local", "ray"):
+        raise UnknownNameError("executor", executor, ["local", "ray"])
+    device = resolve_device(device)
+    suite, method_names = prepare_suite(name, sets, methods)
+    if suite.settings["entry"]:
+        run_entry(suite, out, data_dir, device)
+        return BenchOutcome(out)
+    cells = expand_cells(suite, method_names)
+    datasets = DatasetCache(data_dir, device)
+    check_requirements(suite, device, data_dir, datasets)
+    results = Results.open(out)
+    results.sync_results()
+    if force:
+        for cell in cells:
+            results.remove_cell(cell.hash, cell.train_hash)
+    results.save_suite(suite.to_json())
+    outcome = BenchOutcome(out, cells)
+    todo = [c for c in cells if not results.is_done(c.hash)]
+    outcome.skipped = len(cells) - len(todo)
+    units: dict[str, list[Cell]] = defaultdict(list)
+    for cell in todo:
+        units[cell.train_hash].append(cell)
+    log.info("suite %s: %d cells (%d done before), %d trainings, %s, device %s, into %s",
+             suite.name, len(cells), outcome.skipped, len(units), executor, device, out)
+    bar = tqdm(total=len(cells), initial=outcome.skipped, desc=f"suite {suite.name}", unit="cell",
+               disable=not progress, file=sys.stderr)
+    started = time.perf_counter()
+
+    def on_done(unit_outcomes: list[Outcome]) -> None:
+        for o in unit_outcomes:
+            if o.result is not None:
+                results.add_result(o.result)
+                outcome.finished.append(o)
+                r = o.result
+                line = (f"done   {o.label}: accuracy {100 * r['accuracy']:.1f} "
+                        f"+- {100 * r['ci95']:.1f}%, ECE {100 * r['ece']:.1f}% "
+                        f"(calibrated {100 * r['ece_calibrated']:.1f}%), "
+                        f"train {r['train_seconds']:.0f}s, "
+                        f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+            else:
+                outcome.failed.append(o)
+                line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"
+            bar.update(1)
+            tqdm.write(line, file=sys.stderr)
+
+    if executor == "ray":
+        runner: Any = RayExecutor(out, data_dir, device, workers, address)
+    else:
+        runner = LocalExecutor(out, data_dir, device, workers, progress, datasets)
+    try:
+        runner.run(list(units.values()), on_done)
+    finally:
+        bar.close()
+    log.info("suite %s: %d cells finished, %d failed, %d skipped in %.0f s", suite.name,
+             len(outcome.finished), len(outcome.failed), outcome.skipped,
+             time.perf_counter() - started)
+    return outcome

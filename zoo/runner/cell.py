@@ -1,0 +1,143 @@
+"""One unit of work: the cells that share a training (one model, several test data sets).
+
+The unit trains (or resumes, or loads) the model once, then scores each pending cell and writes
+its folder; ``done`` is written last. An exception in a cell becomes its ``error.txt`` (the cell
+is shown as failed and retried on the next run); it never becomes a result.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.data import load_dataset
+from zoo.data.base import FewShotDataset
+from zoo.errors import ZooError
+from zoo.io import atomic_write_json, atomic_write_text
+from zoo.runner.config import Cell
+from zoo.runner.evaluate import check_compatible, evaluate, summarise
+from zoo.runner.storage import Results, environment, link_or_copy
+from zoo.runner.train import seed_everything, train_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What happened to one cell: ``result`` (its results line) or ``error`` (a message)."""
+
+    cell_hash: str
+    label: str
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class DatasetCache:
+    """Data sets loaded once per process and moved to the device once."""
+
+    def __init__(self, data_dir: str | None, device: str):
+        self.data_dir, self.device = data_dir, device
+        self._loaded: dict[str, FewShotDataset] = {}
+
+    def get(self, name: str) -> FewShotDataset:
+        if name not in self._loaded:
+            self._loaded[name] = load_dataset(name, data_dir=self.data_dir).to(self.device)
+        return self._loaded[name]
+
+
+def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: str,
+             threads: int = 0, progress: bool = False,
+             datasets: DatasetCache | None = None) -> list[Outcome]:
+    """Train the shared model of ``cells`` and score every cell not yet done."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+    if device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    results = Results(root)
+    datasets = datasets or DatasetCache(data_dir, device)
+    pending = [c for c in cells if not results.is_done(c.hash)]
+    if not pending:
+        return []
+    env = environment(device)
+    for cell in pending:
+        folder = results.cell_dir(cell.hash)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / "config.json", cell.config())
+        atomic_write_json(folder / "env.json", env)
+    first = pending[0]
+    train_dir = results.train_dir(first.train_hash)
+    try:
+        seed_everything(first.seed)
+        trained = train_model(first, train_dir, datasets.get(first.train_dataset), device, progress)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        message = _describe(exc)
+        if train_dir.exists():
+            atomic_write_text(train_dir / "error.txt", message)
+        for cell in pending:
+            atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
+        return [Outcome(c.hash, c.label, error=_first_line(message)) for c in pending]
+
+    train_data = datasets.get(first.train_dataset)
+    outcomes = []
+    for cell in pending:
+        folder = results.cell_dir(cell.hash)
+        try:
+            result = _score(cell, folder, trained, train_data, datasets, device, env, progress,
+                            train_dir)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            message = _describe(exc)
+            atomic_write_text(folder / "error.txt", message)
+            outcomes.append(Outcome(cell.hash, cell.label, error=_first_line(message)))
+        else:
+            outcomes.append(Outcome(cell.hash, cell.label, result=result))
+    return outcomes
+
+
+def _score(cell: Cell, folder: Path, trained: Any, train_data: FewShotDataset,
+           datasets: DatasetCache, device: str, env: dict[str, Any], progress: bool,
+           train_dir: Path) -> dict[str, Any]:
+    test_data = datasets.get(cell.dataset)
+    check_compatible(cell.train_config(), test_data, train_data.in_channels, train_data.image_size)
+    seed_everything(cell.seed)
+    records = evaluate(trained.method, test_data, way=cell.way, shot=cell.shot, query=cell.query,
+                       seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
+                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label)
+    summary = summarise(records, trained.temperature)
+    info = trained.info
+    result = {
+        "method": cell.method, "dataset": cell.dataset, "train_dataset": cell.train_dataset,
+        "backbone": cell.backbone, "kernel": cell.kernel, "way": cell.way, "shot": cell.shot,
+        "query": cell.query, "seed": cell.seed, "train_episodes": cell.train_episodes,
+        **summary,
+        "train_seconds": info["train_seconds"], "val_accuracy": info["val_accuracy"],
+        "selection": info["selection"], "skipped_steps": info["skipped_steps"],
+        "counters": trained.method.counters(),
+        "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],
+        "config_hash": cell.hash, "config": cell.config(),
+    }
+    link_or_copy(train_dir / "model.pt", folder / "model.pt")
+    link_or_copy(train_dir / "training.json", folder / "training.json")
+    atomic_write_json(folder / "result.json", result)
+    (folder / "error.txt").unlink(missing_ok=True)
+    atomic_write_text(folder / "done", "")
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    head = str(exc) if isinstance(exc, ZooError) else f"{type(exc).__name__}: {exc}"
+    return head + "\n\n" + "".join(traceback.format_exception(exc))
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else "unknown error"

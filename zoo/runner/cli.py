@@ -1,0 +1,210 @@
+"""The runner's sub-commands: ``zoo bench``, ``zoo train``, ``zoo evaluate``, ``zoo report``,
+``zoo suites`` (added to the ``zoo`` command through :func:`zoo.cli.command`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from zoo.cli import command
+
+
+def _device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--data-dir", default=None, help="where data files are (default: $ZOO_DATA or "
+                   "the user cache)")
+
+
+def _set_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help=what)
+
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", nargs="?", default="quick", help="a suite name (zoo suites)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results folder (default results/<suite>-<time>); re-use one to resume")
+    _device_arg(p)
+    p.add_argument("--executor", default="local", choices=["local", "ray"])
+    p.add_argument("--address", default=None, help="a Ray cluster address (default: a local Ray); "
+                   "--out must then be on a file system that every node sees")
+    p.add_argument("--workers", type=int, default=1, help="cells run at once")
+    p.add_argument("--methods", default=None, help="comma-separated subset of the suite's methods")
+    _set_arg(p, "override a suite setting, METHOD.HYPERPARAMETER, or a hyper-parameter of every "
+                "selected method that has it (repeatable)")
+    p.add_argument("--force", action="store_true", help="recompute the suite's cells")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+@command("bench", _bench_args)
+def bench_cmd(args: argparse.Namespace) -> int:
+    """Run a benchmark suite (default: quick) into a results folder and print its table."""
+    from zoo.runner.bench import run_suite
+    from zoo.runner.report import markdown, write_report
+
+    out = args.out or Path("results") / f"{args.suite}-{time.strftime('%Y%m%d-%H%M%S')}"
+    methods = args.methods.split(",") if args.methods else None
+    outcome = run_suite(args.suite, out=out, data_dir=args.data_dir, device=args.device,
+                        executor=args.executor, address=args.address, workers=args.workers,
+                        methods=methods, sets=args.sets, force=args.force,
+                        progress=not args.no_progress)
+    if not outcome.cells:
+        print(f"experiment written to {out}")
+        return 0
+    report = write_report(out)
+    print(markdown(report))
+    print(f"results: {out}/results.jsonl, report: {out}/report/")
+    if outcome.failed:
+        print(f"{len(outcome.failed)} cell(s) failed (see their error.txt); run the same command "
+              "again to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("method")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--way", type=int, required=True)
+    p.add_argument("--shot", type=int, required=True)
+    p.add_argument("--backbone", default=None)
+    p.add_argument("--kernel", default=None)
+    p.add_argument("--episodes", type=int, default=1000, help="training episodes")
+    p.add_argument("--query", type=int, default=15, help="queries per class in training")
+    p.add_argument("--val-episodes", type=int, default=100)
+    p.add_argument("--val-every", type=int, default=250)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<name>)")
+    _device_arg(p)
+    _set_arg(p, "a hyper-parameter of the method (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("train", _train_args)
+def train_cmd(args: argparse.Namespace) -> int:
+    """Meta-train one method on one data set (resumable); writes a run folder for zoo evaluate."""
+    from zoo.method import resolve_hparams
+    from zoo.plugins import registry
+    from zoo.runner.bench import resolve_device
+    from zoo.runner.cell import DatasetCache
+    from zoo.runner.config import Cell, SuiteError, parse_value
+    from zoo.runner.train import train_model
+
+    cls = registry().get("methods", args.method)
+    given = {}
+    for item in args.sets:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SuiteError(f"--set {item!r}: expected HYPERPARAMETER=VALUE")
+        given[key.strip()] = parse_value(value.strip())
+    device = resolve_device(args.device)
+    cell = Cell(method=args.method, hparams=resolve_hparams(cls, given),
+                train_dataset=args.dataset, dataset=args.dataset,
+                backbone=args.backbone or cls.default_backbone,
+                kernel=(args.kernel or cls.default_kernel) if cls.uses_kernel else args.kernel,
+                way=args.way, shot=args.shot, query=15, train_query=args.query, seed=args.seed,
+                train_episodes=args.episodes, val_episodes=args.val_episodes,
+                val_every=args.val_every, test_episodes=0)
+    out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
+                                      f"{cell.train_hash[:8]}")
+    dataset = DatasetCache(args.data_dir, device).get(args.dataset)
+    trained = train_model(cell, out, dataset, device, progress=not args.no_progress)
+    val = trained.info["val_accuracy"]
+    print(f"trained {cell.label} in {trained.info['train_seconds']:.0f} s: "
+          f"validation accuracy {'-' if val is None else f'{100 * val:.1f}%'}, "
+          f"temperature {trained.temperature:.3f}; run folder {out}")
+    return 0
+
+
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", type=Path, help="a cell or run folder, or its model.pt")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--way", type=int, default=None, help="default: the trained way")
+    p.add_argument("--shot", type=int, default=None, help="default: the trained shot")
+    p.add_argument("--query", type=int, default=15)
+    p.add_argument("--episodes", type=int, default=600)
+    p.add_argument("--seed", type=int, default=None, help="episode seed (default: the run's)")
+    _device_arg(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("evaluate", _evaluate_args)
+def evaluate_cmd(args: argparse.Namespace) -> int:
+    """Score a trained model on a data set's test episodes (cross-domain, Lake's runs)."""
+    from zoo.runner.bench import resolve_device
+    from zoo.runner.cell import DatasetCache
+    from zoo.runner.config import Cell
+    from zoo.runner.evaluate import check_compatible, evaluate, summarise
+    from zoo.runner.train import build_for_cell, load_run
+
+    device = resolve_device(args.device)
+    config, blob = load_run(args.run, device)
+    way, shot = args.way or config["way"], args.shot or config["shot"]
+    seed = config["seed"] if args.seed is None else args.seed
+    cell = Cell(**{**config, "way": way, "shot": shot}, dataset=args.dataset, query=args.query,
+                test_episodes=args.episodes)
+    datasets = DatasetCache(args.data_dir, device)
+    test_data = datasets.get(args.dataset)
+    train_data = datasets.get(config["train_dataset"])
+    check_compatible(config, test_data, train_data.in_channels, train_data.image_size)
+    method = build_for_cell(cell, train_data, device)
+    method.load_state_dict(blob["state_dict"])
+    records = evaluate(method, test_data, way=way, shot=shot, query=args.query, seed=seed,
+                       count=args.episodes, temperature=blob["temperature"],
+                       progress=not args.no_progress, label=f"{config['method']} {args.dataset}")
+    summary = {"method": config["method"], "train_dataset": config["train_dataset"],
+               "dataset": args.dataset, "way": way, "shot": shot, "seed": seed,
+               **summarise(records, blob["temperature"])}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        ci = "" if math.isnan(summary["ci95"]) else f" +- {100 * summary['ci95']:.1f}"
+        print(f"{summary['method']} on {args.dataset} {way}-way {shot}-shot, "
+              f"{summary['test_episodes']} episodes: accuracy {100 * summary['accuracy']:.1f}"
+              f"{ci}% (error {summary['error_percent']:.1f}%), ECE {100 * summary['ece']:.1f}% "
+              f"(calibrated {100 * summary['ece_calibrated']:.1f}%), NLL {summary['nll']:.3f}")
+    return 0
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path, help="a results folder")
+    p.add_argument("--format", default="md", choices=["md", "csv", "json", "latex"],
+                   help="what to print; every format is (re)written under DIR/report")
+    p.add_argument("--no-plots", action="store_true")
+
+
+@command("report", _report_args)
+def report_cmd(args: argparse.Namespace) -> int:
+    """(Re)generate a results folder's tables and figures and print the table."""
+    from zoo.runner.report import render, write_report
+
+    report = write_report(args.dir, plots=not args.no_plots)
+    print(render(report, args.format))
+    return 0
+
+
+def _suites_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
+@command("suites", _suites_args)
+def suites_cmd(args: argparse.Namespace) -> int:
+    """List benchmark suites (built-in and from plugins)."""
+    from zoo.plugins import registry
+    from zoo.runner.config import load_suite, suite_names
+
+    rows = []
+    for name in suite_names():
+        suite = load_suite(name)
+        rows.append({"name": name, "plugin": registry().owner("suites", name),
+                     "description": suite.settings["description"], "source": suite.source})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<20} {r['plugin']:<14} {r['description']}")
+    return 0

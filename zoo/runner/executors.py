@@ -1,0 +1,90 @@
+"""Where units of work run: in this process (or a pool of local processes), or as Ray tasks.
+
+Both give identical results for the same suite: a unit seeds everything from its cell and runs
+with the same number of intra-op threads either way (``threads_per_unit``). With Ray the results
+folder must be on a file system that every node sees (cells write their own folders; only the
+driver writes ``results.jsonl``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from zoo.errors import ZooError
+from zoo.runner.cell import DatasetCache, Outcome, run_unit
+from zoo.runner.config import Cell
+
+log = logging.getLogger(__name__)
+
+OnDone = Callable[[list[Outcome]], None]
+
+
+def threads_per_unit(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+class LocalExecutor:
+    """Units one after another in this process (``workers=1``) or in a pool of processes."""
+
+    def __init__(self, root: Path, data_dir: str | None, device: str, workers: int = 1,
+                 progress: bool = True, datasets: DatasetCache | None = None):
+        self.root, self.data_dir, self.device = root, data_dir, device
+        self.workers, self.progress, self.datasets = max(1, workers), progress, datasets
+
+    def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
+        threads = threads_per_unit(self.workers)
+        if self.workers == 1:
+            for unit in units:
+                on_done(run_unit(unit, self.root, self.data_dir, self.device, threads,
+                                 self.progress, self.datasets))
+            return
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(self.workers, mp_context=context) as pool:
+            futures = [pool.submit(run_unit, list(unit), self.root, self.data_dir, self.device,
+                                   threads, False) for unit in units]
+            try:
+                for future in as_completed(futures):
+                    on_done(future.result())
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+
+class RayExecutor:
+    """Units as Ray tasks (one GPU each when cells run on CUDA), on a local Ray or at ``address``."""
+
+    def __init__(self, root: Path, data_dir: str | None, device: str, workers: int = 1,
+                 address: str | None = None):
+        self.root, self.data_dir, self.device = root, data_dir, device
+        self.workers, self.address = max(1, workers), address
+
+    def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ZooError("--executor ray needs Ray: pip install 'zoo[ray]'") from exc
+        threads = threads_per_unit(self.workers)
+        started = not ray.is_initialized()
+        if started:
+            if self.address:
+                ray.init(address=self.address, log_to_driver=True)
+            else:
+                ray.init(num_cpus=threads * self.workers, include_dashboard=False,
+                         log_to_driver=True)
+        try:
+            gpus = 1 if self.device.startswith("cuda") else 0
+            task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=0)(run_unit)
+            pending = [task.remote(list(unit), self.root, self.data_dir, self.device, threads,
+                                   False) for unit in units]
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                on_done(ray.get(ready[0]))
+        finally:
+            if started:
+                ray.shutdown()

@@ -1,0 +1,272 @@
+"""The results folder: its layout, a read-only validation before anything is written, and the
+files of cells and trainings. Every write goes through :mod:`zoo.io` (temp file + rename).
+
+::
+
+    DIR/zoo-results.json        marks the folder as ours (format version)
+    DIR/results.jsonl           one line per finished cell (the results contract)
+    DIR/suites/<suite>.json     the resolved suite (settings, overrides, published references)
+    DIR/train/<train-hash>/     config.json, checkpoint.pt, best.pt, model.pt, training.json, done
+    DIR/cells/<cell-hash>/      config.json, env.json, model.pt, training.json, episodes.jsonl,
+                                result.json, done (written last) or error.txt
+    DIR/report/                 tables (md, csv, json, tex) and figures
+    DIR/experiments/<suite>/    what an ``entry`` suite writes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from zoo.errors import ZooError
+from zoo.io import atomic_write_json, atomic_write_text
+from zoo.runner.config import config_hash
+
+FORMAT = {"format": "zoo-results", "version": 1}
+MARKER = "zoo-results.json"
+TOP_LEVEL = {MARKER, "results.jsonl", "suites", "train", "cells", "report", "experiments"}
+CELL_FILES = {"config.json", "env.json", "model.pt", "training.json", "episodes.jsonl",
+              "result.json", "done", "error.txt"}
+TRAIN_FILES = {"config.json", "checkpoint.pt", "best.pt", "model.pt", "training.json", "done",
+               "error.txt"}
+HASH_RE = re.compile(r"^[0-9a-f]{16}$")
+TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # zoo.io's temp files left by a kill
+
+
+class ResultsFolderError(ZooError):
+    """A file in a results folder that is corrupt or not ours; nothing was changed."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path}: {problem}; nothing in the results folder was changed. Move or "
+                         "delete that file, or choose another --out")
+
+
+class Results:
+    """A validated results folder."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: str | os.PathLike, create: bool = True) -> Results:
+        """Validate ``root`` (read only); create it (and its marker) only if it passes."""
+        root = Path(root)
+        if root.exists() and not root.is_dir():
+            raise ResultsFolderError(root, "is a file, not a results folder")
+        entries = sorted(p for p in root.iterdir()) if root.is_dir() else []
+        if entries and not (root / MARKER).exists():
+            raise ResultsFolderError(entries[0], f"{root} is not a zoo results folder (no {MARKER})"
+                                     " but holds this")
+        if not entries and not create:
+            raise ZooError(f"{root} holds no results; run `zoo bench --out {root}` first")
+        results = cls(root)
+        if entries:
+            results.validate()
+        else:
+            atomic_write_json(root / MARKER, FORMAT)
+        return results
+
+    def validate(self) -> None:
+        """Raise :class:`ResultsFolderError` naming the first corrupt or foreign file."""
+        marker = self.root / MARKER
+        if _read_json(marker) != FORMAT:
+            raise ResultsFolderError(marker, f"unexpected content; expected {FORMAT}")
+        for path in _entries(self.root):
+            if path.name not in TOP_LEVEL:
+                raise ResultsFolderError(path, "is not part of a zoo results folder")
+        if (self.root / "results.jsonl").exists():
+            for line in read_jsonl(self.root / "results.jsonl"):
+                if not isinstance(line.get("config_hash"), str):
+                    raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
+        for path in _entries(self.root / "suites"):
+            if path.suffix != ".json" or not isinstance(_read_json(path), dict):
+                raise ResultsFolderError(path, "is not a suite record")
+        self._validate_runs("train", TRAIN_FILES, train=True)
+        self._validate_runs("cells", CELL_FILES, train=False)
+
+    def _validate_runs(self, kind: str, allowed: set[str], train: bool) -> None:
+        from zoo.runner.config import Cell
+
+        for run in _entries(self.root / kind):
+            if not (run.is_dir() and HASH_RE.match(run.name)):
+                raise ResultsFolderError(run, f"is not a {kind} directory (16 hex digits)")
+            for path in _entries(run):
+                if path.name not in allowed:
+                    raise ResultsFolderError(path, "is not a file the runner writes")
+            config_path = run / "config.json"
+            if not config_path.exists():
+                continue  # created, killed before its config was written: harmless
+            config = _read_json(config_path)
+            if not isinstance(config, dict):
+                raise ResultsFolderError(config_path, "is not a configuration object")
+            if not train:
+                try:
+                    Cell.from_config(config)
+                except TypeError as exc:
+                    raise ResultsFolderError(config_path,
+                                             f"is not a cell configuration ({exc})") from None
+            if config_hash(config) != run.name:
+                raise ResultsFolderError(config_path, "does not match the hash its folder is "
+                                         "named by (edited by hand?)")
+            for name in ("result.json", "training.json", "env.json"):
+                if (run / name).exists():
+                    _read_json(run / name)
+            if (run / "episodes.jsonl").exists():
+                read_jsonl(run / "episodes.jsonl")
+
+    # -- paths and states ----------------------------------------------------------------------
+
+    def cell_dir(self, cell_hash: str) -> Path:
+        return self.root / "cells" / cell_hash
+
+    def train_dir(self, train_hash: str) -> Path:
+        return self.root / "train" / train_hash
+
+    def is_done(self, cell_hash: str) -> bool:
+        return (self.cell_dir(cell_hash) / "done").exists()
+
+    def error(self, cell_hash: str) -> str | None:
+        path = self.cell_dir(cell_hash) / "error.txt"
+        return path.read_text() if path.exists() and not self.is_done(cell_hash) else None
+
+    def remove_cell(self, cell_hash: str, train_hash: str) -> None:
+        """``--force``: forget a cell, its training and its results line."""
+        for d in (self.cell_dir(cell_hash), self.train_dir(train_hash)):
+            if d.exists():
+                shutil.rmtree(d)
+        lines = self.results()
+        kept = [r for r in lines if r["config_hash"] != cell_hash]
+        if len(kept) != len(lines):
+            self._write_results(kept)
+
+    # -- results.jsonl -------------------------------------------------------------------------
+
+    def results(self) -> list[dict[str, Any]]:
+        path = self.root / "results.jsonl"
+        return list(read_jsonl(path)) if path.exists() else []
+
+    def add_result(self, result: dict[str, Any]) -> None:
+        """Add a finished cell's line (once; the driver process is the only writer)."""
+        lines = self.results()
+        if any(r["config_hash"] == result["config_hash"] for r in lines):
+            return
+        self._write_results([*lines, result])
+
+    def _write_results(self, lines: Iterable[dict[str, Any]]) -> None:
+        atomic_write_text(self.root / "results.jsonl",
+                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+
+    def sync_results(self) -> None:
+        """Add the lines of cells that finished but whose line was not written (a kill between)."""
+        have = {r["config_hash"] for r in self.results()}
+        for run in _entries(self.root / "cells"):
+            if (run / "done").exists() and run.name not in have:
+                self.add_result(_read_json(run / "result.json"))
+
+    def save_suite(self, suite_json: dict[str, Any]) -> None:
+        atomic_write_json(self.root / "suites" / f"{suite_json['name']}.json", suite_json)
+
+    def suites(self) -> list[dict[str, Any]]:
+        return [_read_json(p) for p in _entries(self.root / "suites")]
+
+
+def _entries(folder: Path) -> Iterator[Path]:
+    """The entries of ``folder`` except zoo.io temp files left behind by a killed write."""
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.iterdir()):
+        if not TMP_RE.match(path.name):
+            yield path
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsFolderError(path, f"is not readable JSON ({exc})") from None
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFolderError(path, f"is not readable ({exc})") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ResultsFolderError(path, f"line {number} is not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ResultsFolderError(path, f"line {number} is not a JSON object")
+        yield obj
+
+
+def write_jsonl(path: Path, lines: Iterable[str]) -> None:
+    atomic_write_text(path, "".join(lines))
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Give ``dst`` the content of ``src`` atomically: a hard link where possible, else a copy."""
+    tmp = dst.with_name(f".{dst.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+# -- environment -------------------------------------------------------------------------------
+
+def versions() -> dict[str, Any]:
+    """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
+    import importlib.metadata as md
+
+    from zoo.plugins import registry
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "torch": version("torch"),
+            "pyro": version("pyro-ppl"), "learn2learn": version("learn2learn"),
+            "zoo": version("zoo"),
+            "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
+
+
+def git_commit() -> str | None:
+    """The commit of the zoo source tree (``+dirty`` if it has changes), if it is a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "zoo"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def device_description(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def environment(device: str) -> dict[str, Any]:
+    return {"versions": versions(), "git_commit": git_commit(), "device": device_description(device),
+            "platform": platform.platform(), "argv": sys.argv}

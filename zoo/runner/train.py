@@ -1,0 +1,253 @@
+"""Meta-training one model, resumably: Adam over the method's parameter groups, ``meta_batch``
+episodes per step, non-finite steps skipped and counted, periodic validation that keeps the best
+checkpoint, and a temperature fitted on the validation episodes of the selected model.
+
+Training episodes are a pure function of the cell's seed and the episode index, and a checkpoint
+holds model, optimizer, every RNG and the step, so a killed training resumes where it stopped
+and ends with the same weights as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from zoo.data.base import FewShotDataset
+from zoo.episode import EpisodeSampler
+from zoo.errors import NumericalError, ZooError
+from zoo.io import atomic_save, atomic_write_json, atomic_write_text
+from zoo.method import Method, build_method
+from zoo.metrics import fit_temperature
+from zoo.runner.config import Cell
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Everything about a training run that is not a tensor of the model or optimizer."""
+
+    episode: int = 0
+    best_val: float = -math.inf
+    best_episode: int = -1
+    seconds: float = 0.0
+    skipped_steps: int = 0
+    bad_run: int = 0
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)  # since the last point of the curve
+
+
+@dataclass
+class TrainedModel:
+    """The selected model, ready to predict, with what the report needs about its training."""
+
+    method: Method
+    temperature: float
+    info: dict[str, Any]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def build_for_cell(cell: Cell, dataset: FewShotDataset, device: str) -> Method:
+    method = build_method(cell.method, way=cell.way, in_channels=dataset.in_channels,
+                          image_size=dataset.image_size, backbone=cell.backbone,
+                          kernel=cell.kernel, seed=cell.seed, **cell.hparams)
+    return method.to(device)
+
+
+def has_split(dataset: FewShotDataset, split: str) -> bool:
+    return split in dataset.splits and len(dataset.splits[split]) > 0
+
+
+def validate(method: Method, cell: Cell, dataset: FewShotDataset) -> tuple[float, torch.Tensor,
+                                                                           torch.Tensor]:
+    """Mean accuracy on the fixed validation episodes, and their log-probabilities and labels."""
+    sampler = EpisodeSampler(dataset, "val", cell.way, cell.shot, cell.query, seed=cell.seed)
+    was_training = method.training
+    method.eval()
+    logps, labels = [], []
+    with torch.no_grad():
+        for i in range(cell.val_episodes):
+            episode = sampler[i]
+            probs = method.predict(episode).probs
+            logps.append(probs.double().clamp_min(1e-12).log())
+            labels.append(episode.query_y)
+    method.train(was_training)
+    logp, y = torch.cat(logps), torch.cat(labels)
+    return float((logp.argmax(1) == y).double().mean()), logp.cpu(), y.cpu()
+
+
+def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
+                progress: bool = False) -> TrainedModel:
+    """Train (or resume, or just load) the model of ``cell`` in ``folder``."""
+    method = build_for_cell(cell, dataset, device)
+    model_path = folder / "model.pt"
+    if (folder / "done").exists():
+        blob = torch.load(model_path, map_location=device, weights_only=False)
+        method.load_state_dict(blob["state_dict"])
+        method.eval()
+        return TrainedModel(method, blob["temperature"], blob["info"])
+
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / "config.json", cell.train_config())
+    optimizer = torch.optim.Adam(method.param_groups())
+    state = TrainState()
+    seed_everything(cell.seed)
+    ckpt_path, best_path = folder / "checkpoint.pt", folder / "best.pt"
+    if ckpt_path.exists():
+        blob = torch.load(ckpt_path, map_location=device, weights_only=False)
+        method.load_state_dict(blob["model"])
+        optimizer.load_state_dict(blob["optimizer"])
+        state = TrainState(**blob["state"])
+        set_rng_state(blob["rng"])
+        log.info("%s: resuming training at episode %d of %d", cell.label, state.episode,
+                 cell.train_episodes)
+
+    validating = has_split(dataset, "val") and cell.val_episodes > 0
+    meta_batch = int(cell.hparams.get("meta_batch", 1))
+    sampler = EpisodeSampler(dataset, "train", cell.way, cell.shot, cell.train_query, seed=cell.seed)
+    val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
+
+    def save_checkpoint() -> None:
+        atomic_save({"model": method.state_dict(), "optimizer": optimizer.state_dict(),
+                     "state": vars(state), "rng": rng_state()}, ckpt_path)
+
+    def run_validation() -> None:
+        acc, logp, y = validate(method, cell, dataset)
+        state.curve[-1]["val_accuracy"] = acc
+        if acc > state.best_val:
+            state.best_val, state.best_episode = acc, state.episode
+            atomic_save({"model": method.state_dict(), "val_logp": logp, "val_y": y,
+                         "episode": state.episode}, best_path)
+
+    bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
+               leave=False, disable=not progress, unit="ep")
+    method.train()
+    last_checkpoint = state.episode
+    while state.episode < cell.train_episodes:
+        start = time.perf_counter()
+        n = min(meta_batch, cell.train_episodes - state.episode)
+        optimizer.zero_grad(set_to_none=True)
+        finite, total = True, 0.0
+        for i in range(n):
+            episode = sampler[state.episode + i]
+            try:
+                loss = method.meta_loss(episode) / n
+            except NumericalError as exc:
+                log.debug("%s: %s", cell.label, exc)
+                finite = False
+                break
+            if not torch.isfinite(loss):
+                finite = False
+                break
+            loss.backward()
+            total += float(loss.detach())
+        finite = finite and all(torch.isfinite(p.grad).all() for g in optimizer.param_groups
+                                for p in g["params"] if p.grad is not None)
+        if finite:
+            optimizer.step()
+            state.bad_run = 0
+            state.losses.append(total)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            state.skipped_steps += 1
+            state.bad_run += 1
+            if state.bad_run >= cell.max_bad_steps:
+                raise NumericalError(
+                    f"{cell.label}: {state.bad_run} training steps in a row had a non-finite loss "
+                    f"or gradient (last at episode {state.episode}, "
+                    f"{sampler[state.episode].id}); lower the learning rate "
+                    f"(--set {cell.method}.lr=...) or check the data")
+        state.episode += n
+        state.seconds += time.perf_counter() - start
+        bar.update(n)
+        crossed = state.episode // val_every != (state.episode - n) // val_every
+        if crossed or state.episode == cell.train_episodes:
+            state.curve.append({"episode": state.episode,
+                                "loss": float(np.mean(state.losses)) if state.losses else math.nan})
+            state.losses = []
+            if validating:
+                start = time.perf_counter()
+                run_validation()
+                state.seconds += time.perf_counter() - start
+                bar.set_postfix(val=f"{state.curve[-1]['val_accuracy']:.3f}")
+        if state.episode - last_checkpoint >= cell.checkpoint_every or \
+                state.episode == cell.train_episodes:
+            save_checkpoint()
+            last_checkpoint = state.episode
+    bar.close()
+    return _finish(cell, folder, method, state, validating, device)
+
+
+def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validating: bool,
+            device: str) -> TrainedModel:
+    """Load the best checkpoint, fit the temperature on validation episodes, write model.pt."""
+    temperature = 1.0
+    selection = "last"
+    if validating:
+        if not (folder / "best.pt").exists():
+            raise ZooError(f"{cell.label}: no validated checkpoint in {folder}; delete that "
+                           "folder (or use --force) to train again")
+        best = torch.load(folder / "best.pt", map_location=device, weights_only=False)
+        method.load_state_dict(best["model"])
+        temperature = fit_temperature(best["val_logp"], best["val_y"])
+        selection = "best validation accuracy"
+    else:
+        log.warning("%s: data set %r has no validation split; using the last checkpoint and "
+                    "no temperature scaling", cell.label, cell.train_dataset)
+    method.eval()
+    info = {"train_seconds": state.seconds, "skipped_steps": state.skipped_steps,
+            "val_accuracy": state.best_val if validating else None,
+            "best_episode": state.best_episode if validating else state.episode,
+            "selection": selection, "curve": state.curve, "counters": method.counters()}
+    atomic_save({"state_dict": method.state_dict(), "temperature": temperature, "info": info,
+                 "config": cell.train_config()}, folder / "model.pt")
+    atomic_write_json(folder / "training.json", info | {"temperature": temperature})
+    atomic_write_text(folder / "done", "")
+    (folder / "error.txt").unlink(missing_ok=True)
+    return TrainedModel(method, temperature, info)
+
+
+def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The train config and ``model.pt`` blob of a run: a cell or training folder, or a model file."""
+    path = Path(path)
+    file = path / "model.pt" if path.is_dir() else path
+    if not file.exists():
+        raise ZooError(f"{path} holds no trained model (model.pt); train it first "
+                       "(zoo train, zoo bench) or pass the folder of a finished cell")
+    try:
+        blob = torch.load(file, map_location=device, weights_only=False)
+    except Exception as exc:
+        raise ZooError(f"cannot read the model {file}: {exc}") from exc
+    if not isinstance(blob, dict) or not {"state_dict", "config", "temperature"} <= set(blob):
+        raise ZooError(f"{file} is not a zoo model file (model.pt of a cell or `zoo train`)")
+    return blob["config"], blob
