@@ -77,7 +77,7 @@ def test_augmented_marginal_is_the_authors_gaussian_form():
 def test_gibbs_matches_the_exact_posterior_by_numerical_integration():
     ep = tiny()
     method = OVE(Identity(), way=2, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
-                 chains=4000)
+                 chains=2000)
     K = method.kernel_matrices(ep).Kss.detach()
     pairs = Pairs(ep.support_y, 2)
     _, psi, _ = method.gibbs(K, pairs, 25, ep, torch.Generator().manual_seed(0))
@@ -109,4 +109,9 @@ def test_unknown_loss_is_an_error():
 
 def test_conformance():
     check_method("ove", settings=((2, 1), (5, 5)))
-    check_method("ove", settings=((20, 5),), chains=4, test_steps=3)
+
+
+@pytest.mark.slow
+def test_conformance_20_way():
+    """M = N (C - 1) = 2660 pairwise differences: the dense B = I + S K_psi S dominates."""
+    check_method("ove", settings=((20, 5),), chains=2, test_steps=2)
