@@ -161,9 +161,9 @@ def test_anil_adapts_only_the_head_and_backbone_gets_meta_gradient():
 def test_published_defaults_depend_on_the_protocol_and_can_be_overridden():
     five = build_for_tests("maml", 5).hparams
     assert (five["protocol"], five["inner_lr"], five["inner_steps"], five["test_inner_steps"],
-            five["meta_batch"]) == ("omniglot", 0.4, 1, 3, 32)
+            five["meta_batch"]) == ("omniglot", 0.4, 1, 3, 4)
     twenty = build_for_tests("maml", 20).hparams
-    assert (twenty["inner_lr"], twenty["inner_steps"], twenty["meta_batch"]) == (0.1, 5, 16)
+    assert (twenty["inner_lr"], twenty["inner_steps"], twenty["test_inner_steps"]) == (0.1, 5, 5)
     mini = build_for_tests("maml", 5, protocol="miniimagenet").hparams
     assert (mini["inner_lr"], mini["inner_steps"], mini["test_inner_steps"]) == (0.01, 5, 10)
     given = build_for_tests("fomaml", 5, inner_lr="0.2", meta_batch="8").hparams

@@ -11,12 +11,15 @@ Every method puts a linear head of ``way`` outputs on the host's backbone and no
 norm with batch statistics (:func:`zoo.backbones.use_batch_statistics`), as the MAML papers do.
 At test the inner loop runs first-order (the meta-gradient is not needed there).
 
-Hyper-parameters left at ``None`` take the published setting of the protocol (``protocol="auto"``:
-``omniglot`` for single-channel inputs, ``miniimagenet`` otherwise); the resolved values are
-written back to ``self.hparams`` so results record what actually ran. MAML's published settings
-(Finn et al. 2017, appendix A.1): Omniglot 5-way: 1 step of 0.4, 3 at test, 32 tasks per
-meta-batch; Omniglot 20-way: 5 steps of 0.1 in training and at test, 16 tasks; mini-ImageNet: 5
-steps of 0.01, 10 at test, 4 tasks. Outer Adam learning rate 1e-3 throughout.
+Inner-loop hyper-parameters left at ``None`` take the published setting of the protocol
+(``protocol="auto"``: ``omniglot`` for single-channel inputs, ``miniimagenet`` otherwise); the
+resolved values are written back to ``self.hparams`` so results record what actually ran. MAML's
+published settings (Finn et al. 2017, appendix A.1): Omniglot 5-way: 1 step of 0.4, 3 at test;
+Omniglot 20-way: 5 steps of 0.1 in training and at test; mini-ImageNet: 5 steps of 0.01, 10 at
+test; outer Adam learning rate 1e-3 throughout. ``meta_batch`` (episodes per optimizer step) is
+read by the runner before a method exists, so it is a plain number, 4 (mini-ImageNet's 1-shot
+setting); the published Omniglot values, 32 tasks (5-way) and 16 (20-way), are set by the
+reproduction card's ``--set``.
 """
 
 from __future__ import annotations
@@ -39,16 +42,16 @@ PROTOCOLS = ("omniglot", "miniimagenet")
 #: Published inner-loop settings: protocol -> way -> settings (``None``: any other way).
 PUBLISHED: Mapping[str, Mapping[int | None, Mapping[str, Any]]] = {
     "omniglot": {
-        5: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3, "meta_batch": 32},
-        20: {"inner_lr": 0.1, "inner_steps": 5, "test_inner_steps": 5, "meta_batch": 16},
-        None: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3, "meta_batch": 32},
+        5: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3},
+        20: {"inner_lr": 0.1, "inner_steps": 5, "test_inner_steps": 5},
+        None: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3},
     },
     "miniimagenet": {
-        None: {"inner_lr": 0.01, "inner_steps": 5, "test_inner_steps": 10, "meta_batch": 4},
+        None: {"inner_lr": 0.01, "inner_steps": 5, "test_inner_steps": 10},
     },
 }
 _TYPES: Mapping[str, Callable[[Any], Any]] = {"inner_lr": float, "inner_steps": int,
-                                              "test_inner_steps": int, "meta_batch": int}
+                                              "test_inner_steps": int}
 
 
 def infer_protocol(backbone: nn.Module) -> str:
@@ -67,7 +70,7 @@ class InnerLoopMethod(Method):
     """
 
     defaults = {"protocol": "auto", "inner_lr": None, "inner_steps": None,
-                "test_inner_steps": None, "meta_batch": None}
+                "test_inner_steps": None, "meta_batch": 4}
     capabilities = frozenset({"inner-objective"})
     published: ClassVar[Mapping[str, Mapping[int | None, Mapping[str, Any]]]] = PUBLISHED
 
