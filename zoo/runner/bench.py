@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from zoo.errors import DataMissingError, UnknownNameError, ZooError
+from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.config import (
     SETTINGS,
@@ -26,6 +26,7 @@ from zoo.runner.config import (
     apply_overrides,
     expand_cells,
     load_suite,
+    parse_dataset,
     select_methods,
 )
 from zoo.runner.executors import LocalExecutor, RayExecutor
@@ -77,20 +78,22 @@ def check_requirements(suite: Suite, device: str, data_dir: str | None,
     from zoo.plugins import registry
 
     missing = []
-    if "cuda" in suite.settings["requires"] and not device.startswith("cuda"):
+    parts = suite.part_settings()
+    if any("cuda" in s["requires"] for s in parts) and not device.startswith("cuda"):
         missing.append("a CUDA GPU (this suite is sized for one; run it on a GPU machine with "
                        "--device cuda)" if not torch.cuda.is_available() else
                        "--device cuda (a GPU is here, but --device selects the CPU)")
-    names = dict.fromkeys([*suite.settings["train_datasets"], *suite.settings["test_datasets"]])
+    names = dict.fromkeys(n for s in parts for n in [*s["train_datasets"], *s["test_datasets"]])
     known = registry().names("datasets")
     for name in names:
-        if name not in known:
-            missing.append(f"data set {name!r} is not registered (install the plugin that "
+        base, _ = parse_dataset(name)
+        if base not in known:
+            missing.append(f"data set {base!r} is not registered (install the plugin that "
                            f"provides it); registered: {', '.join(known)}")
             continue
-        try:
-            datasets.get(name)
-        except DataMissingError as exc:
+        try:  # no download for a suite that cannot run here anyway
+            datasets.get(name, download=not missing)
+        except ZooError as exc:
             missing.append(f"data set {name!r}: {exc}")
     if missing:
         where = f" (--data-dir {data_dir})" if data_dir else ""
@@ -111,7 +114,7 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
     results.save_suite(suite.to_json())
     target = out / "experiments" / suite.name
     target.mkdir(parents=True, exist_ok=True)
-    function(target, data_dir, device, dict(suite.settings))
+    function(target, data_dir, device, dict(suite.entry_settings))
     return target
 
 

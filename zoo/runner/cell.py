@@ -20,7 +20,7 @@ from zoo.data import load_dataset
 from zoo.data.base import FewShotDataset
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
-from zoo.runner.config import Cell
+from zoo.runner.config import Cell, parse_dataset
 from zoo.runner.evaluate import check_compatible, evaluate, summarise
 from zoo.runner.storage import Results, environment, link_or_copy
 from zoo.runner.train import seed_everything, train_model
@@ -45,9 +45,15 @@ class DatasetCache:
         self.data_dir, self.device = data_dir, device
         self._loaded: dict[str, FewShotDataset] = {}
 
-    def get(self, name: str) -> FewShotDataset:
+    def get(self, name: str, download: bool = True) -> FewShotDataset:
         if name not in self._loaded:
-            self._loaded[name] = load_dataset(name, data_dir=self.data_dir).to(self.device)
+            base, options = parse_dataset(name)
+            try:
+                dataset = load_dataset(base, data_dir=self.data_dir, download=download, **options)
+            except TypeError as exc:
+                raise ZooError(f"data set {name!r}: {exc}; see `zoo datasets` for its "
+                               "factory's options") from exc
+            self._loaded[name] = dataset.to(self.device)
         return self._loaded[name]
 
 
@@ -122,7 +128,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: FewShotDataset,
         **summary,
         "train_seconds": info["train_seconds"], "val_accuracy": info["val_accuracy"],
         "selection": info["selection"], "skipped_steps": info["skipped_steps"],
-        "counters": trained.method.counters(),
+        "counters": trained.method.counters(), "hparams": dict(trained.method.hparams),
         "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],
         "config_hash": cell.hash, "config": cell.config(),
     }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -64,6 +65,7 @@ SETTINGS: dict[str, Any] = {
 """Suite settings and their defaults. ``checkpoint_every`` and ``max_bad_steps`` steer the run but
 do not change its result, so they are not part of a cell's identity."""
 
+DATASET_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9-]*)(?:\[(?P<options>[^\]]*)\])?$")
 LIST_SETTINGS = {"train_datasets", "test_datasets", "ways", "shots", "seeds", "requires"}
 
 
@@ -80,6 +82,12 @@ class Suite:
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     references: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str = ""
+    entry_settings: dict[str, Any] = field(default_factory=dict)
+    parts: list[dict[str, Any]] = field(default_factory=list)
+
+    def part_settings(self) -> list[dict[str, Any]]:
+        """The settings of each part (``[[part]]`` tables override ``[suite]``), or the suite's."""
+        return [{**self.settings, **p} for p in self.parts] or [self.settings]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,17 +117,27 @@ def load_suite(name: str) -> Suite:
 
 
 def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "") -> Suite:
-    unknown_tables = sorted(set(raw) - {"suite", "methods", "references"})
+    unknown_tables = sorted(set(raw) - {"suite", "part", "methods", "references", "settings"})
     if unknown_tables:
         raise SuiteError(f"suite {name!r} ({source}): unknown table(s) {unknown_tables}; "
-                         "allowed: suite, methods, references")
+                         "allowed: suite, part, methods, references, settings (of an entry suite)")
     settings = dict(SETTINGS)
     for key, value in dict(raw.get("suite", {})).items():
+        if key == "name":
+            if value != name:
+                raise SuiteError(f"suite {name!r} ({source}) calls itself {value!r}")
+            continue
         settings[key] = _check_setting(key, value, f"suite {name!r}")
+    if raw.get("settings") and not settings["entry"]:
+        raise SuiteError(f"suite {name!r} ({source}): a [settings] table is for suites with an "
+                         "entry function; put cell settings in [suite]")
     overrides = {m: dict(h) for m, h in dict(raw.get("methods", {})).items()}
     references = {d: {k: float(v) for k, v in r.items()}
                   for d, r in dict(raw.get("references", {})).items()}
-    return Suite(name, settings, overrides, references, source)
+    parts = [{k: _check_setting(k, v, f"suite {name!r}, part {i + 1}") for k, v in p.items()}
+             for i, p in enumerate(raw.get("part", []))]
+    return Suite(name, settings, overrides, references, source, dict(raw.get("settings", {})),
+                 parts)
 
 
 def _check_setting(key: str, value: Any, where: str) -> Any:
@@ -161,6 +179,8 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
     reg = registry()
     settings = dict(suite.settings)
     overrides = {m: dict(h) for m, h in suite.method_overrides.items()}
+    entry = dict(suite.entry_settings)
+    parts = [dict(p) for p in suite.parts]
     for item in assignments:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -169,6 +189,13 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
         value = parse_value(text.strip())
         if key in SETTINGS:
             settings[key] = _check_setting(key, value, "--set")
+            parts = [{**p, key: settings[key]} if key in p else p for p in parts]
+            continue
+        if settings["entry"]:
+            if key not in entry:
+                raise SuiteError(f"--set {key}: suite {suite.name!r} has no setting {key!r}; its "
+                                 f"settings are: {', '.join(sorted(entry))}")
+            entry[key] = value
             continue
         if "." in key:
             method, hparam = key.split(".", 1)
@@ -187,7 +214,21 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
                 "or METHOD.HYPERPARAMETER")
         for m in owners:
             overrides.setdefault(m, {})[key] = value
-    return Suite(suite.name, settings, overrides, suite.references, suite.source)
+    return Suite(suite.name, settings, overrides, suite.references, suite.source, entry, parts)
+
+
+def parse_dataset(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name"`` or ``"name[key=value,...]"`` (options of the data set's factory)."""
+    match = DATASET_RE.match(spec)
+    if not match:
+        raise SuiteError(f"data set {spec!r}: expected NAME or NAME[KEY=VALUE,...]")
+    options = {}
+    for item in filter(None, (match["options"] or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SuiteError(f"data set {spec!r}: option {item!r} is not KEY=VALUE")
+        options[key.strip()] = parse_value(value.strip())
+    return match["name"], options
 
 
 def select_methods(suite: Suite, only: Iterable[str] | None = None) -> list[str]:
@@ -274,9 +315,18 @@ def expand_cells(suite: Suite, methods: Sequence[str]) -> list[Cell]:
     from zoo.plugins import registry
 
     reg = registry()
-    s = suite.settings
     for m in suite.method_overrides:
         reg.get("methods", m)
+    cells = []
+    for s in suite.part_settings():
+        cells += _part_cells(suite, s, methods)
+    return list({c.hash: c for c in cells}.values())
+
+
+def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str]) -> list[Cell]:
+    from zoo.plugins import registry
+
+    reg = registry()
     cells = []
     for train in s["train_datasets"]:
         tests = s["test_datasets"] or [train]

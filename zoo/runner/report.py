@@ -132,10 +132,14 @@ def load_report(root: Path) -> Report:
     methods = sorted({m for m, _ in entries})
     error_settings, references = set(), {}
     for suite in results.suites():
-        tests = suite["settings"].get("test_datasets", [])
-        for s in settings:
-            if s[1] in tests or (not tests and s[1] == s[0]):
-                if suite["settings"].get("report_error"):
+        for part in [{**suite["settings"], **p} for p in suite.get("parts", [])] or \
+                [suite["settings"]]:
+            tests = part.get("test_datasets", [])
+            for s in settings:
+                if s[0] not in part.get("train_datasets", []) or \
+                        not (s[1] in tests or (not tests and s[1] == s[0])):
+                    continue
+                if part.get("report_error"):
                     error_settings.add(s)
                 if s[0] in suite.get("references", {}):
                     references[s] = suite["references"][s[0]]
