@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import multivariate_normal
+from zoo_ove import OVE, Pairs
 
 from zoo import Episode
 from zoo.backbones import Backbone
@@ -11,7 +12,6 @@ from zoo.gp import SitePosterior
 from zoo.kernels import RBFKernel
 from zoo.polyagamma import augmented_log_marginal
 from zoo.testing import check_method
-from zoo_ove import OVE, Pairs
 
 
 class Identity(Backbone):

@@ -100,15 +100,15 @@ class OVE(GPMethod):
         K = K.detach()
         K_psi = pairs.prior_cov(K)
         kappa = torch.full((R, len(pairs.point)), 0.5, dtype=DTYPE, device=K.device)
-        psi = pairs.apply(prior_draws(K, R, gen))
+        priors = pairs.apply(prior_draws(K, R * (steps + 1), gen)).unflatten(0, (steps + 1, R))
+        psi = priors[0]
         trace: list[float] = []
         w = kappa
-        for _ in range(steps):
+        for step in range(1, steps + 1):
             w = sample_polyagamma(1.0, psi, gen, self.hparams["pg_sampler"])
             post = SitePosterior(K_psi, w, kappa, self.jitter, episode.id)
             noise = torch.randn(psi.shape, generator=gen, dtype=DTYPE, device=gen.device)
-            prior = pairs.apply(prior_draws(K, R, gen))
-            psi = post.sample(prior, noise.to(K.device))
+            psi = post.sample(priors[step], noise.to(K.device))
             trace.append(float(augmented_log_marginal(post, 1.0, kappa).mean()))
         return w, psi, trace
 

@@ -1,0 +1,133 @@
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Gamma, MultivariateNormal, Poisson
+from zoo_logistic_softmax import LogisticSoftmax, _log_cosh
+
+from zoo import Episode
+from zoo.backbones import Backbone
+from zoo.kernels import RBFKernel
+from zoo.polyagamma import sample_polyagamma
+from zoo.testing import check_method
+
+D = torch.float64
+
+
+class Identity(Backbone):
+    feature_dim = 1
+
+    def forward(self, x):
+        return x
+
+
+def tiny():
+    sx = torch.tensor([[-1.0], [-0.2], [0.9]])
+    return Episode(sx, torch.tensor([0, 0, 1]), torch.tensor([[0.3]]), torch.tensor([1]),
+                   way=2, shot=1, info={"seed": 5})
+
+
+def method(**hp):
+    return LogisticSoftmax(Identity(), way=2, kernel=RBFKernel(1, lengthscale=0.8,
+                                                                outputscale=2.0), **hp)
+
+
+def setup(m):
+    ep = tiny()
+    K = m.kernel_matrices(ep).Kss.detach()
+    return ep, K, m.onehot(ep).T
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_mean_field_elbo_never_decreases(tau):
+    m = method(tau=tau)
+    ep, K, y = setup(m)
+    _, _, trace = m.mean_field(K, y, 40, ep)
+    assert all(b >= a - 1e-10 for a, b in zip(trace, trace[1:])), trace
+    assert trace[-1] > trace[0]
+
+
+def test_closed_form_elbo_equals_a_monte_carlo_estimate_of_the_same_bound():
+    m = method(tau=0.7)
+    ep, K, y = setup(m)
+    post, mf, _ = m.mean_field(K, y, 2, ep)
+    mf.c = mf.c * 1.3  # away from the optimum, so every term of the bound is exercised
+    with torch.no_grad():
+        closed = float(m.elbo(post, y, mf))
+    S, tau, C = 200_000, 0.7, 2
+    g = torch.Generator().manual_seed(0)
+    qf = MultivariateNormal(post.mean.detach(), post.cov.detach())
+    pf = MultivariateNormal(torch.zeros_like(post.mean), K)
+    f = qf.sample((S,))  # [S, C, N]
+    torch.manual_seed(0)
+    lam = Gamma(mf.alpha, torch.full_like(mf.alpha, C)).sample((S,))  # [S, N]
+    n = Poisson(mf.gamma).sample((S,))
+    b = y + n
+    w = sample_polyagamma(b, mf.c.expand_as(b), g)
+    gg = f / tau
+    log_joint = (Poisson(lam[:, None, :]).log_prob(n) - b * np.log(2) + (y - n) * gg / 2
+                 - w * gg**2 / 2).sum((-2, -1))
+    log_q_aux = (Gamma(mf.alpha, torch.full_like(mf.alpha, C)).log_prob(lam).sum(-1)
+                 + Poisson(mf.gamma).log_prob(n).sum((-2, -1)))
+    # log PG(w | b, 0) - log PG(w | b, c) = -b log cosh(c/2) + c^2 w / 2
+    pg_ratio = (-b * _log_cosh(mf.c / 2) + mf.c**2 * w / 2).sum((-2, -1))
+    terms = log_joint - log_q_aux + pg_ratio + (pf.log_prob(f) - qf.log_prob(f)).sum(-1)
+    mc, se = float(terms.mean()), float(terms.std() / S**0.5)
+    assert abs(mc - closed) < 4 * se, (mc, closed, se)
+
+
+def exact_posterior_mean(K, y, tau, draws=400_000):
+    """E[f | y] by importance sampling from the prior (Monte Carlo integration)."""
+    g = torch.Generator().manual_seed(1)
+    L = torch.linalg.cholesky(K + 1e-10 * torch.eye(K.shape[-1], dtype=D))
+    f = (L @ torch.randn(draws, *K.shape[:-1], 1, generator=g, dtype=D))[..., 0]  # [S, C, N]
+    s = torch.sigmoid(f / tau)
+    logw = (torch.log((s * y).sum(-2) / s.sum(-2))).sum(-1)
+    w = torch.softmax(logw, 0)
+    mean = (w[:, None, None] * f).sum(0)
+    var = (w[:, None, None] * (f - mean) ** 2).sum(0)
+    return mean, var, 1 / (w**2).sum()
+
+
+def test_gibbs_matches_the_exact_posterior_by_numerical_integration():
+    m = method(tau=0.8, chains=3000)
+    ep, K, y = setup(m)
+    _, _, f, _ = m.gibbs(K, y, 25, ep, torch.Generator().manual_seed(2))
+    mean, var, ess = exact_posterior_mean(K, y, 0.8)
+    se = (var / f.shape[0]).sqrt() + (var / ess).sqrt()
+    assert ((f.mean(0) - mean).abs() < 4 * se).all(), (f.mean(0), mean, se)
+    assert ((f.var(0) - var).abs() < 0.1 * var).all(), (f.var(0), var)
+
+
+@pytest.mark.parametrize("inference", ["mean-field", "gibbs"])
+@pytest.mark.parametrize("loss", ["ml", "pl"])
+def test_losses_train_the_kernel_and_predict_sums_to_one(inference, loss):
+    m = method(inference=inference, loss=loss, chains=4)
+    ep = tiny()
+    value = m.meta_loss(ep)
+    value.backward()
+    assert torch.isfinite(value) and m.kernel.raw_lengthscale.grad is not None
+    m.eval()
+    with torch.no_grad():
+        pred = m.predict(ep)
+    assert torch.allclose(pred.probs.sum(-1), torch.ones(1))
+    assert len(pred.extras["inner_objective"]) == (30 if inference == "mean-field" else 50)
+
+
+def test_bad_hyper_parameters_are_errors():
+    for hp in ({"inference": "ep"}, {"loss": "elbo"}, {"tau": 0.0}):
+        with pytest.raises(ValueError, match="logistic-softmax"):
+            method(**hp)
+
+
+def test_conformance():
+    check_method("logistic-softmax", settings=((2, 1), (5, 5)))
+    check_method("logistic-softmax", settings=((2, 1), (5, 5)), inference="gibbs")
+    check_method("logistic-softmax", settings=((20, 5),), mf_test_steps=5)
+    check_method("logistic-softmax", settings=((20, 5),), inference="gibbs", chains=4,
+                 gibbs_test_steps=5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inference", ["mean-field", "gibbs"])
+def test_conformance_defaults(inference):
+    check_method("logistic-softmax", inference=inference)
