@@ -58,10 +58,12 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def prepare_suite(name: str, sets: Sequence[str] = (), only: Sequence[str] | None = None
+def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[str] | None = None
                   ) -> tuple[Suite, list[str]]:
-    """The suite with ``--set`` applied and the methods it will run."""
-    suite = load_suite(name)
+    """The suite (a registered name, or a :class:`Suite`) with ``--set`` applied and the methods
+    it will run."""
+    suite = name if isinstance(name, Suite) else load_suite(name)
+    name = suite.name
     setting_sets = [s for s in sets if s.partition("=")[0].strip() in SETTINGS]
     suite = apply_overrides(suite, setting_sets, [])
     methods = [] if suite.settings["entry"] else select_methods(suite, only)
@@ -118,7 +120,7 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
     return target
 
 
-def run_suite(name: str = "quick", *, out: Path, data_dir: str | None = None,
+def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
               force: bool = False, progress: bool = True) -> BenchOutcome:

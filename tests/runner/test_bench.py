@@ -1,0 +1,199 @@
+"""A tiny suite end to end: results schema, skipping finished cells, failed cells, reports in
+every format, and a results folder with a corrupt or foreign file (named, nothing touched)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from zoo_protonet import ProtoNet
+
+from zoo.cli import main
+from zoo.plugins import registry
+from zoo.runner.bench import MissingRequirementsError, run_suite
+from zoo.runner.storage import ResultsFolderError
+
+from .conftest import tiny_suite
+
+SCHEMA = {"method", "dataset", "backbone", "kernel", "way", "shot", "query", "seed",
+          "train_episodes", "test_episodes", "accuracy", "ci95", "ece", "mce", "nll", "brier",
+          "temperature", "ece_calibrated", "train_seconds", "eval_seconds_per_episode", "device",
+          "versions", "config_hash", "config"}
+
+
+class Flaky(ProtoNet):
+    """ProtoNet that fails at test time while ``fail`` is set."""
+
+    name = "flaky"
+    fail = True
+
+    def predict(self, episode):
+        if Flaky.fail:
+            raise RuntimeError("flaky failed on purpose")
+        return super().predict(episode)
+
+
+@pytest.fixture
+def flaky(monkeypatch):
+    reg = registry()
+    monkeypatch.setitem(reg._items["methods"], "flaky", Flaky)
+    monkeypatch.setitem(reg._owner["methods"], "flaky", "tests")
+    monkeypatch.setattr(Flaky, "fail", True)
+    return Flaky
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "results"
+    outcome = run_suite(tiny_suite(), out=out, device="cpu", progress=False)
+    assert len(outcome.finished) == 2 and not outcome.failed
+    return out
+
+
+def test_results_schema_and_cell_files(finished):
+    lines = [json.loads(line) for line in (finished / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    for r in lines:
+        assert set(r) >= SCHEMA, SCHEMA - set(r)
+        assert 0 <= r["accuracy"] <= 1 and 0 <= r["ece"] <= 1 and r["temperature"] > 0
+        assert r["test_episodes"] == 4 and r["train_episodes"] == 6
+        assert {"python", "torch", "pyro", "learn2learn", "zoo", "plugins"} <= set(r["versions"])
+        assert "protonet" in r["versions"]["plugins"]
+        cell = finished / "cells" / r["config_hash"]
+        assert {p.name for p in cell.iterdir()} == {
+            "config.json", "env.json", "model.pt", "training.json", "episodes.jsonl",
+            "result.json", "done"}
+        assert json.loads((cell / "result.json").read_text()) == r
+        episodes = [json.loads(x) for x in (cell / "episodes.jsonl").read_text().splitlines()]
+        assert [e["index"] for e in episodes] == [0, 1, 2, 3]
+        assert {"seed", "classes", "accuracy", "nll", "confidence", "correct", "seconds"} <= set(
+            episodes[0])
+        env = json.loads((cell / "env.json").read_text())
+        assert {"versions", "git_commit", "device"} <= set(env)
+    # both test data sets scored by the one training
+    assert len(list((finished / "train").iterdir())) == 1
+
+
+def test_rerun_skips_finished_cells(finished):
+    before = snapshot(finished)
+    outcome = run_suite(tiny_suite(), out=finished, device="cpu", progress=False)
+    assert outcome.skipped == 2 and not outcome.finished
+    after = snapshot(finished)
+    assert {k: v for k, v in after.items() if not k.startswith("suites/")} == \
+        {k: v for k, v in before.items() if not k.startswith("suites/")}
+
+
+def test_same_test_episodes_for_every_method(finished):
+    """Episode seeds and classes depend on the suite seed only, so results pair across methods."""
+    from zoo.data import load_dataset
+    from zoo.episode import EpisodeSampler
+
+    line = json.loads((finished / "results.jsonl").read_text().splitlines()[0])
+    cell = finished / "cells" / line["config_hash"]
+    recorded = [json.loads(x) for x in (cell / "episodes.jsonl").read_text().splitlines()]
+    sampler = EpisodeSampler(load_dataset(line["dataset"]), "test", 3, 1, 3, seed=0)
+    assert [r["seed"] for r in recorded] == [sampler[i].info["seed"] for i in range(4)]
+
+
+def test_failed_cell_is_shown_retried_and_never_stored(tmp_path, flaky):
+    out = tmp_path / "r"
+    suite = tiny_suite(methods=["protonet", "flaky"], test_datasets=["glyphs"])
+    outcome = run_suite(suite, out=out, device="cpu", progress=False)
+    assert [o.label.split()[0] for o in outcome.failed] == ["flaky"]
+    bad = out / "cells" / outcome.failed[0].cell_hash
+    assert "flaky failed on purpose" in (bad / "error.txt").read_text()
+    assert not (bad / "done").exists() and not (bad / "result.json").exists()
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["method"] for r in lines] == ["protonet"]
+    assert main(["report", str(out), "--no-plots"]) == 0
+    assert "FAILED" in (out / "report" / "table.md").read_text()
+
+    flaky.fail = False
+    outcome = run_suite(suite, out=out, device="cpu", progress=False)
+    assert outcome.skipped == 1 and [o.label.split()[0] for o in outcome.finished] == ["flaky"]
+    assert not (bad / "error.txt").exists() and (bad / "done").exists()
+    assert sorted(json.loads(x)["method"] for x in
+                  (out / "results.jsonl").read_text().splitlines()) == ["flaky", "protonet"]
+
+
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "latex"])
+def test_report_regenerates_every_format(finished, fmt, capsys):
+    report = finished / "report"
+    for p in report.glob("*") if report.exists() else []:
+        p.unlink()
+    assert main(["report", str(finished), "--format", fmt]) == 0
+    printed = capsys.readouterr().out
+    names = {p.name for p in report.iterdir()}
+    assert {"table.md", "table.csv", "table.json", "table.tex", "paired.md", "paired.csv"} <= names
+    assert "reliability-protonet.png" in names
+    assert any(n.startswith("training-") for n in names)
+    rows = json.loads((report / "table.json").read_text())["rows"]
+    assert {(r["method"], r["dataset"]) for r in rows} == {("protonet", "glyphs"),
+                                                          ("protonet", "digits")}
+    csv_rows = list(csv.DictReader((report / "table.csv").open()))
+    assert {float(r["accuracy"]) for r in csv_rows} == {r["accuracy"] for r in rows}
+    expected = {"md": "| protonet |", "csv": "accuracy", "json": '"rows"', "latex": r"\toprule"}
+    assert expected[fmt] in printed
+
+
+@pytest.mark.parametrize("damage", ["foreign-top", "foreign-in-cell", "corrupt-result",
+                                    "corrupt-jsonl", "edited-config"])
+def test_corrupt_or_foreign_file_is_named_and_nothing_touched(finished, tmp_path, damage):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    cell = next(p for p in (out / "cells").iterdir())
+    target = {"foreign-top": out / "notes.txt", "foreign-in-cell": cell / "mine.bin",
+              "corrupt-result": cell / "result.json", "corrupt-jsonl": out / "results.jsonl",
+              "edited-config": cell / "config.json"}[damage]
+    if damage == "edited-config":
+        config = json.loads(target.read_text())
+        target.write_text(json.dumps({**config, "seed": 42}))
+    else:
+        target.write_text("{not json")
+    before = snapshot(out)
+    with pytest.raises(ResultsFolderError, match=str(target.name)):
+        run_suite(tiny_suite(), out=out, device="cpu", progress=False, force=True)
+    assert snapshot(out) == before
+    assert main(["report", str(out)]) == 2  # the CLI prints the error, exits 2
+    assert snapshot(out) == before
+
+
+def test_not_a_results_folder(tmp_path):
+    (tmp_path / "thesis.tex").write_text("precious")
+    with pytest.raises(ResultsFolderError, match="thesis.tex"):
+        run_suite(tiny_suite(), out=tmp_path, device="cpu", progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["thesis.tex"]
+
+
+def test_missing_data_and_device_are_listed(tmp_path):
+    suite = tiny_suite(train_datasets=["omniglot-lake-runs", "no-such-data"], requires=["cuda"])
+    with pytest.raises(MissingRequirementsError) as info:
+        run_suite(suite, out=tmp_path / "r", device="cpu", progress=False)
+    text = str(info.value)
+    assert "CUDA" in text and "all_runs.zip" in text and "'no-such-data' is not registered" in text
+    assert not (tmp_path / "r").exists()
+
+
+def test_force_recomputes(finished, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    old = {json.loads(x)["config_hash"]: json.loads(x) for x in
+           (out / "results.jsonl").read_text().splitlines()}
+    outcome = run_suite(tiny_suite(), out=out, device="cpu", progress=False, force=True)
+    assert len(outcome.finished) == 2 and outcome.skipped == 0
+    new = {json.loads(x)["config_hash"]: json.loads(x) for x in
+           (out / "results.jsonl").read_text().splitlines()}
+    assert set(new) == set(old)
+    for h in new:  # deterministic: the same numbers again
+        assert new[h]["accuracy"] == old[h]["accuracy"] and new[h]["nll"] == old[h]["nll"]

@@ -1,0 +1,105 @@
+"""Suites, cells and --set: identity by hash, validation that lists the choices."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from zoo.errors import UnknownNameError
+from zoo.runner.bench import prepare_suite
+from zoo.runner.config import (
+    SuiteError,
+    apply_overrides,
+    config_hash,
+    expand_cells,
+    load_suite,
+    parse_dataset,
+    parse_value,
+    suite_from_dict,
+    suite_names,
+)
+
+from .conftest import tiny_suite
+
+
+def test_cell_hash_names_the_resolved_config():
+    cells = expand_cells(tiny_suite(), ["protonet"])
+    assert [c.dataset for c in cells] == ["glyphs", "digits"]
+    a, b = cells
+    assert a.hash != b.hash and a.train_hash == b.train_hash  # one training, two test sets
+    assert a.hash == config_hash(a.config()) and len(a.hash) == 16
+    assert expand_cells(tiny_suite(), ["protonet"])[0].hash == a.hash  # stable across calls
+    # every field of the identity changes the hash; run-only settings do not
+    for name, value in [("way", 4), ("shot", 2), ("query", 5), ("seed", 1), ("backbone", "mlp"),
+                        ("train_episodes", 7), ("hparams", {**a.hparams, "lr": 0.01})]:
+        assert dataclasses.replace(a, **{name: value}).hash != a.hash, name
+    assert dataclasses.replace(a, checkpoint_every=99, max_bad_steps=1).hash == a.hash
+    assert dataclasses.replace(a, query=9).train_hash == a.train_hash
+    assert dataclasses.replace(a, train_query=9).train_hash != a.train_hash
+
+
+def test_hparams_are_resolved_in_the_cell():
+    suite = apply_overrides(tiny_suite(), ["protonet.lr=0.01"], ["protonet"])
+    (cell, _) = expand_cells(suite, ["protonet"])
+    assert cell.hparams == {"lr": 0.01, "per_class_kernel": False}
+
+
+def test_set_overrides_settings_and_hyperparameters():
+    suite = apply_overrides(tiny_suite(), ["shots=[1, 5]", "train_episodes=9", "lr=0.5"],
+                            ["protonet"])
+    assert suite.settings["shots"] == [1, 5] and suite.settings["train_episodes"] == 9
+    assert suite.method_overrides["protonet"]["lr"] == 0.5
+    assert apply_overrides(tiny_suite(), ["seeds=3"], []).settings["seeds"] == [3]
+
+
+@pytest.mark.parametrize("assignment, listed", [
+    ("nonsense=1", "train_episodes"),          # neither a setting nor a hyper-parameter
+    ("protonet.nonsense=1", "per_class_kernel"),
+    ("train_episodes=many", "int"),
+    ("no-equals-sign", "KEY=VALUE"),
+])
+def test_set_rejects_unknown_keys_listing_choices(assignment, listed):
+    with pytest.raises(SuiteError, match=listed):
+        apply_overrides(tiny_suite(), [assignment], ["protonet"])
+
+
+def test_unknown_names_list_the_choices():
+    with pytest.raises(UnknownNameError, match="quick"):
+        load_suite("no-such-suite")
+    with pytest.raises(UnknownNameError, match="protonet"):
+        prepare_suite(tiny_suite(), only=["no-such-method"])
+    with pytest.raises(UnknownNameError, match="protonet"):
+        apply_overrides(tiny_suite(), ["no-such-method.lr=1"], ["protonet"])
+
+
+def test_suite_files_are_validated():
+    with pytest.raises(SuiteError, match="unknown setting 'shotz'"):
+        suite_from_dict("x", {"suite": {"shotz": [1]}})
+    with pytest.raises(SuiteError, match="unknown table"):
+        suite_from_dict("x", {"suits": {}})
+
+
+def test_builtin_suites_load_and_expand():
+    assert {"quick", "omniglot-minimal", "lake-oneshot", "paper"} <= set(suite_names())
+    for name in ("quick", "omniglot-minimal", "lake-oneshot", "paper"):
+        suite, methods = prepare_suite(name)
+        assert methods and "protonet" in methods
+        cells = expand_cells(suite, ["protonet"])
+        assert len({c.hash for c in cells}) == len(cells)
+    paper = expand_cells(load_suite("paper"), ["protonet"])
+    assert {(c.train_dataset, c.dataset) for c in paper} == {
+        ("cub", "cub"), ("miniimagenet", "miniimagenet"), ("miniimagenet", "cub"),
+        ("omniglot[protocol=no-latin]", "emnist")}
+    assert {(c.shot, c.train_episodes) for c in paper} == {(1, 60000), (5, 40000)}
+    assert {c.backbone for c in paper if c.dataset == "emnist"} == {"conv4s"}
+
+
+def test_values_and_dataset_specs():
+    assert parse_value("3") == 3 and parse_value("0.5") == 0.5 and parse_value("true") is True
+    assert parse_value("[1, 5]") == [1, 5] and parse_value("rbf") == "rbf"
+    assert parse_dataset("glyphs") == ("glyphs", {})
+    assert parse_dataset("omniglot-minimal[background=small2]") == (
+        "omniglot-minimal", {"background": "small2"})
+    with pytest.raises(SuiteError):
+        parse_dataset("Bad Name")
