@@ -40,7 +40,7 @@ class MDBFSC(GPMethod):
     capabilities: ClassVar[frozenset[str]] = frozenset({"inner-objective"})
     defaults: ClassVar[dict[str, Any]] = {
         "steps_train": 3, "rho_train": 1.0, "steps_test": 50, "rho_test": 0.5,
-        "loss": "elbo", "samples_train": 64, "samples_test": 256, "normalize": True,
+        "loss": "elbo", "samples_train": 256, "samples_test": 256, "normalize": True,
     }
 
     def __init__(self, *args: Any, **kwargs: Any):
