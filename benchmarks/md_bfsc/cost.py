@@ -1,0 +1,88 @@
+"""Cost of MD-BFSC on this CPU, measured in one run (one thread for every method):
+
+1. a training step (meta_loss + backward + Adam step) against ProtoNet with the same backbone
+   (conv4s) and the same episode (glyphs, 5-way, 15 queries): the ratio should be <= 1.3;
+2. time per test episode (predict) for way in {5, 20, 50} x shot in {1, 5, 20}, 15 queries per
+   class, on random 28x28 images (the cost depends only on the sizes).
+
+    .venv/bin/python benchmarks/md_bfsc/cost.py [--repeat 5] [--skip-grid]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from zoo import EpisodeSampler, build_method
+from zoo.data import load_dataset
+from zoo.testing import toy_episode
+
+torch.set_num_threads(1)
+
+
+def median_time(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def train_step(name: str, episode, **hparams) -> float:
+    method = build_method(name, way=episode.way, in_channels=1, image_size=28, seed=0,
+                          backbone="conv4s", **hparams).train()
+    opt = torch.optim.Adam(method.param_groups())
+
+    def step() -> None:
+        opt.zero_grad()
+        method.meta_loss(episode).backward()
+        opt.step()
+    return step
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--skip-grid", action="store_true")
+    args = p.parse_args()
+    ds = load_dataset("glyphs")
+    print("training step vs ProtoNet (conv4s, glyphs 5-way, 15 queries; median of "
+          f"{args.repeat}, interleaved)")
+    for shot in (1, 5):
+        ep = EpisodeSampler(ds, "train", 5, shot, 15 if shot == 1 else 11, seed=0)[0]
+        steps = {n: train_step(n, ep) for n in ("protonet", "md-bfsc", "gd-bfsc")}
+        times: dict[str, list[float]] = {n: [] for n in steps}
+        for fn in steps.values():
+            fn()
+        for _ in range(args.repeat):  # interleave so that machine load hits all alike
+            for n, fn in steps.items():
+                t = time.perf_counter()
+                fn()
+                times[n].append(time.perf_counter() - t)
+        med = {n: statistics.median(v) for n, v in times.items()}
+        print(f"  5-way {shot}-shot, {ep.query} queries: protonet {med['protonet'] * 1e3:.1f} ms, "
+              f"md-bfsc {med['md-bfsc'] * 1e3:.1f} ms ({med['md-bfsc'] / med['protonet']:.2f}x), "
+              f"gd-bfsc {med['gd-bfsc'] * 1e3:.1f} ms ({med['gd-bfsc'] / med['protonet']:.2f}x)")
+    if args.skip_grid:
+        return
+    print("time per test episode (predict, 50 inner steps, 15 queries per class)")
+    print(f"  {'way':>4} {'shot':>5} {'md-bfsc ms':>11} {'protonet ms':>12}")
+    for way in (5, 20, 50):
+        for shot in (1, 5, 20):
+            ep = toy_episode(way, shot, query=15)
+            row = []
+            for name in ("md-bfsc", "protonet"):
+                m = build_method(name, way=way, in_channels=1, image_size=28, seed=0,
+                                 backbone="conv4s").eval()
+                with torch.no_grad():
+                    row.append(median_time(lambda m=m, ep=ep: m.predict(ep), max(1, args.repeat // 3)))
+            print(f"  {way:>4} {shot:>5} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()
