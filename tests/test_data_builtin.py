@@ -8,7 +8,7 @@ from zoo.data.glyphs import SPLIT_OF_ALPHABET
 
 def test_glyphs_is_omniglot_like(glyphs):
     assert glyphs.image_size == 28 and glyphs.in_channels == 1
-    assert int(glyphs.class_sizes.min()) >= 12
+    assert int(glyphs.class_sizes.min()) == 20
     assert float(glyphs.images.min()) >= 0.0 and float(glyphs.images.max()) <= 1.0
     splits = {s: {glyphs.class_names[c] for c in cs} for s, cs in glyphs.splits.items()}
     assert not (splits["train"] & splits["test"]) and not (splits["val"] & splits["test"])
@@ -20,8 +20,8 @@ def test_glyphs_is_omniglot_like(glyphs):
 
 def test_glyph_examples_of_a_class_differ(glyphs):
     c = glyphs.splits["test"][0]
-    x = glyphs.gather(torch.tensor([c]), torch.arange(16)[None])[0].flatten(1)
-    assert torch.unique(x, dim=0).shape[0] == 16
+    x = glyphs.gather(torch.tensor([c]), torch.arange(20)[None])[0].flatten(1)
+    assert torch.unique(x, dim=0).shape[0] == 20
 
 
 def test_digits():

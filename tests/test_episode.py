@@ -77,8 +77,8 @@ def test_way_larger_than_split_is_explained(glyphs):
 
 
 def test_too_many_examples_per_class_is_explained(glyphs):
-    with pytest.raises(EpisodeError, match="has 16 examples, but shot \\+ query = 20"):
-        EpisodeSampler(glyphs, "test", 5, 5, 15)
+    with pytest.raises(EpisodeError, match="has 20 examples, but shot \\+ query = 21"):
+        EpisodeSampler(glyphs, "test", 5, 5, 16)
 
 
 def test_unknown_split_lists_the_splits(glyphs):

@@ -1,8 +1,9 @@
 """``glyphs``: an Omniglot-like character set rendered from the fonts that matplotlib ships.
 
 Scripts are alphabets and characters are classes, as in Omniglot. The "drawers" of a character are
-16 renderings: the font faces that have the glyph (12 DejaVu and 4 STIX faces), taken in turn,
-each with its own small seeded affine distortion (rotation, shear, scale, shift). Images are 28x28
+20 renderings (Omniglot has 20 drawers, so 5-shot with 15 queries fits): the font faces that have
+the glyph (12 DejaVu and 4 STIX faces), taken in turn, each with its own small seeded affine
+distortion (rotation, shear, scale, shift). Images are 28x28
 grayscale with bright strokes. Rendering is deterministic and takes a few seconds; the result is
 cached under :func:`zoo.data.base.cache_root` keyed by the renderer version and matplotlib's.
 
@@ -26,8 +27,8 @@ from zoo.io import atomic_save
 
 log = logging.getLogger(__name__)
 
-RENDER_VERSION = 1
-EXAMPLES_PER_CLASS = 16
+RENDER_VERSION = 2
+EXAMPLES_PER_CLASS = 20
 MIN_FACES = 4
 SIZE = 28
 BOX = 22  # glyphs are scaled to fit a BOX x BOX square before the distortion
