@@ -197,3 +197,36 @@ def test_force_recomputes(finished, tmp_path):
     assert set(new) == set(old)
     for h in new:  # deterministic: the same numbers again
         assert new[h]["accuracy"] == old[h]["accuracy"] and new[h]["nll"] == old[h]["nll"]
+
+
+def test_train_and_evaluate_commands(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "protonet", "--dataset", "glyphs", "--way", "3", "--shot", "1",
+                 "--episodes", "4", "--query", "2", "--val-episodes", "2", "--val-every", "2",
+                 "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
+    assert {"config.json", "model.pt", "training.json", "done"} <= {p.name for p in run.iterdir()}
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--dataset", "digits", "--episodes", "3", "--query", "2",
+                 "--device", "cpu", "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dataset"] == "digits" and summary["test_episodes"] == 3
+    assert 0 <= summary["accuracy"] <= 1
+    assert main(["evaluate", str(tmp_path), "--dataset", "digits"]) == 2  # no model there
+
+
+def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
+    from zoo.runner.config import suite_from_dict
+
+    (tmp_path / "my_experiment.py").write_text(
+        "import json\n"
+        "def run(out_dir, data_dir, device, settings):\n"
+        "    (out_dir / 'out.json').write_text(json.dumps([device, settings]))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suite = suite_from_dict("exp", {"suite": {"entry": "my_experiment:run"},
+                                    "settings": {"steps": 3}})
+    out = tmp_path / "r"
+    run_suite(suite, out=out, device="cpu", sets=["steps=5"], progress=False)
+    assert json.loads((out / "experiments" / "exp" / "out.json").read_text()) == ["cpu",
+                                                                                 {"steps": 5}]
+    with pytest.raises(Exception, match="steps"):
+        run_suite(suite, out=out, device="cpu", sets=["stepz=5"], progress=False)
