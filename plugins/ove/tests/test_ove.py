@@ -74,18 +74,58 @@ def test_augmented_marginal_is_the_authors_gaussian_form():
     assert ours == pytest.approx(theirs, rel=1e-12)
 
 
-def test_gibbs_matches_the_exact_posterior_by_numerical_integration():
-    ep = tiny()
-    method = OVE(Identity(), way=2, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
-                 chains=2000)
+def check_chain_moments(ep: Episode, sampler: str, points: int, chains: int, steps: int) -> None:
+    """The chains' ``psi`` after ``steps`` Gibbs steps against the exact posterior moments."""
+    method = OVE(Identity(), way=ep.way, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
+                 chains=chains, sampler=sampler)
     K = method.kernel_matrices(ep).Kss.detach()
-    pairs = Pairs(ep.support_y, 2)
-    _, psi, _ = method.gibbs(K, pairs, 25, ep, torch.Generator().manual_seed(0))
-    mean, cov = exact_psi_moments(pairs.prior_cov(K).numpy())
+    _, psi, _ = method.gibbs(K, ep.support_y, steps, ep, torch.Generator().manual_seed(0))
+    mean, cov = exact_psi_moments(Pairs(ep.support_y, ep.way).prior_cov(K).numpy(), points)
     se = np.sqrt(np.diag(cov) / psi.shape[0])
     assert np.all(np.abs(psi.mean(0).numpy() - mean) < 4 * se), (psi.mean(0), mean, se)
     emp_var = psi.var(0).numpy()
     assert np.all(np.abs(emp_var - np.diag(cov)) < 0.1 * np.diag(cov)), (emp_var, np.diag(cov))
+
+
+@pytest.mark.parametrize("sampler", ["blocked", "joint"])
+def test_gibbs_matches_the_exact_posterior_by_numerical_integration(sampler):
+    check_chain_moments(tiny(), sampler, points=81, chains=2000, steps=25)
+
+
+@pytest.mark.parametrize("sampler", ["blocked", "joint"])
+def test_gibbs_matches_the_exact_posterior_with_three_classes(sampler):
+    """3 classes, 2 points: each class conditional of the blocked sampler has sites from two
+    other classes (and class 2 has no point of its own), which 2 classes cannot show."""
+    ep = Episode(torch.tensor([[-0.7], [0.6]]), torch.tensor([0, 1]), torch.tensor([[0.0]]),
+                 torch.tensor([2]), way=3, shot=1, info={"seed": 3})
+    check_chain_moments(ep, sampler, points=41, chains=3000, steps=25)
+
+
+def test_blocked_conditional_is_the_conditional_of_the_joint():
+    """The site form of ``f_c | f_{-c}, w`` equals the Gaussian conditional of the joint
+    ``f | w`` (precision ``P = K^-1 + A^T W A``, natural mean ``A^T kappa``) for every class."""
+    y, C, n = torch.tensor([0, 2, 1, 2]), 3, 4
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(C, n, n + 2, generator=g, dtype=torch.float64)
+    K = X @ X.transpose(-1, -2)
+    pairs = Pairs(y, C)
+    M = len(pairs.point)
+    w = torch.rand(1, M, generator=g, dtype=torch.float64) + 0.1
+    f = torch.randn(1, C, n, generator=g, dtype=torch.float64)
+    A = torch.zeros(M, C * n, dtype=torch.float64)
+    A[torch.arange(M), pairs.label * n + pairs.point] = 1
+    A[torch.arange(M), pairs.other * n + pairs.point] = -1
+    P = torch.linalg.inv(torch.block_diag(*K)) + A.T @ torch.diag(w[0]) @ A
+    h = A.T @ torch.full((M,), 0.5, dtype=torch.float64)
+    method = OVE(Identity(), way=C, kernel=RBFKernel(1), chains=1)
+    for c in range(C):
+        blk = torch.zeros(C * n, dtype=torch.bool)
+        blk[c * n:(c + 1) * n] = True
+        cov = torch.linalg.inv(P[blk][:, blk])
+        mean = cov @ (h[blk] - P[blk][:, ~blk] @ f[0].reshape(-1)[~blk])
+        post = method.class_conditional(K, f, pairs.dense(w, C, n), y, c, tiny())
+        assert torch.allclose(post.mean[0], mean, atol=1e-8)
+        assert torch.allclose(post.cov[0], cov, atol=1e-8)
 
 
 @pytest.mark.parametrize("loss", ["ml", "pl"])
@@ -102,9 +142,11 @@ def test_losses_train_the_kernel_and_predict_sums_to_one(loss):
     assert len(pred.extras["inner_objective"]) == 50
 
 
-def test_unknown_loss_is_an_error():
+def test_unknown_loss_or_sampler_is_an_error():
     with pytest.raises(ValueError, match="loss must be"):
         OVE(Identity(), way=2, kernel=RBFKernel(1), loss="elbo")
+    with pytest.raises(ValueError, match="sampler must be"):
+        OVE(Identity(), way=2, kernel=RBFKernel(1), sampler="hmc")
 
 
 def test_conformance():

@@ -5,7 +5,20 @@ sigmoid(f_y - f_c)``, a product of logistic terms in the pairwise differences ``
 (``M = N (C - 1)`` of them for ``N`` support points). Polya-Gamma augmentation gives each term an
 exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2``, so
 ``psi | w`` is a :class:`~zoo.gp.SitePosterior` with prior covariance ``K_psi = A K A^T`` and
-``w | psi ~ PG(1, psi)``. Gibbs sampling alternates the two, with all chains as one batch.
+``w | psi ~ PG(1, psi)``. All chains run as one batch. Two Gibbs samplers of the same posterior
+``p(f, w | y)`` (hyper-parameter ``sampler``):
+
+* ``joint`` (Snell & Zemel's, Sec. 3 and their code): ``w | f`` then all of ``psi = A f | w`` at
+  once, one Cholesky of the ``M x M`` matrix ``I + S K_psi S`` per chain and step: ``O((N C)^3)``.
+* ``blocked`` (default): ``w | f`` then ``f_c | f_{-c}, w`` for ``c = 1..C`` in turn. Given the
+  other classes each pairwise term touching ``f_c`` is a Gaussian site on ``f_c`` alone, so the
+  conditional is a GP with sites on the ``N`` support points (a :class:`~zoo.gp.SitePosterior`
+  batched over chains): ``C`` factorisations of ``N x N`` per step, ``O(C N^3)``. For
+  ``y_n = c``: precision ``sum_{c'} w_{n c'}``, natural mean ``(C - 1)/2 + sum_{c'} w_{n c'}
+  f_{c'}(n)``; for ``y_n != c``: precision ``w_{n c}``, natural mean ``-1/2 + w_{n c} f_{y_n}(n)``.
+
+Both chains start from a prior draw of ``f``. The predictive and the ML objective condition on the
+chains' last ``w`` through the ``M x M`` joint algebra once per episode (not once per step).
 
 Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(y | w)`` of support
 and query together at the chains' last ``w`` (its gradient at Gibbs draws of ``w`` estimates that
@@ -68,6 +81,12 @@ class Pairs:
         """``A f`` for ``f`` ``[..., C, n]``."""
         return f[..., self.label, self.point] - f[..., self.other, self.point]
 
+    def dense(self, w: Tensor, way: int, n: int) -> Tensor:
+        """Pair values ``[..., M]`` laid out as ``[..., n, C]``, zero at each point's own label."""
+        out = w.new_zeros(*w.shape[:-1], n, way)
+        out[..., self.point, self.other] = w
+        return out
+
 
 class OVE(GPMethod):
     """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``."""
@@ -77,12 +96,15 @@ class OVE(GPMethod):
     capabilities: ClassVar[frozenset[str]] = frozenset({"inner-objective"})
     defaults: ClassVar[dict[str, Any]] = {"loss": "ml", "chains": 20, "train_steps": 1,
                                           "test_steps": 50, "quadrature": 20,
-                                          "pg_sampler": "auto"}
+                                          "pg_sampler": "auto", "sampler": "blocked"}
 
     def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
         super().__init__(backbone, way=way, kernel=kernel, **hparams)
         if self.hparams["loss"] not in ("ml", "pl"):
             raise HyperParameterError(f"ove: loss must be 'ml' or 'pl', got {self.hparams['loss']!r}")
+        if self.hparams["sampler"] not in ("blocked", "joint"):
+            raise HyperParameterError("ove: sampler must be 'blocked' or 'joint', got "
+                                      f"{self.hparams['sampler']!r}")
         nodes, weights = np.polynomial.hermite_e.hermegauss(self.hparams["quadrature"])
         self.register_buffer("gh_nodes", torch.from_numpy(nodes).to(DTYPE), persistent=False)
         self.register_buffer("gh_weights", torch.from_numpy(weights / np.sqrt(2 * np.pi)).to(DTYPE),
@@ -90,27 +112,60 @@ class OVE(GPMethod):
 
     # -- Gibbs sampling ---------------------------------------------------------------------------
 
-    def gibbs(self, K: Tensor, pairs: Pairs, steps: int, episode: Episode,
+    def gibbs(self, K: Tensor, y: Tensor, steps: int, episode: Episode,
               generator: torch.Generator) -> tuple[Tensor, Tensor, list[float]]:
-        """Run ``chains`` Gibbs chains as one batch, started from the prior (``psi = A f0``);
-        returns the last ``w`` and ``psi`` (each ``[R, M]``) and the mean augmented log marginal
-        per step."""
-        R = self.hparams["chains"]
+        """Run ``chains`` Gibbs chains as one batch from a prior draw of ``f`` (``K``: ``[C, n,
+        n]`` prior covariances, ``y``: labels of the ``n`` points); returns the last ``w`` and
+        ``psi = A f`` (each ``[R, M]``) and, per step, the OVE log-likelihood ``sum log
+        sigmoid(psi)`` of the state averaged over chains (a convergence trace, one host transfer
+        at the end)."""
+        R, C, n = self.hparams["chains"], K.shape[0], K.shape[-1]
+        pairs = Pairs(y, C)
         gen = device_generator(generator, K.device)
         K = K.detach()
-        K_psi = pairs.prior_cov(K)
-        kappa = torch.full((R, len(pairs.point)), 0.5, dtype=DTYPE, device=K.device)
-        priors = pairs.apply(prior_draws(K, R * (steps + 1), gen)).unflatten(0, (steps + 1, R))
-        psi = priors[0]
-        trace: list[float] = []
+        blocked = self.hparams["sampler"] == "blocked"
+        priors = prior_draws(K, R * (steps + 1), gen).unflatten(0, (steps + 1, R))  # [S+1,R,C,n]
+        f = priors[0].clone()
+        psi = pairs.apply(f)
+        kappa = torch.full_like(psi, 0.5)
+        K_psi = None if blocked else pairs.prior_cov(K)
+        trace = []
         w = kappa
         for step in range(1, steps + 1):
             w = sample_polyagamma(1.0, psi, gen, self.hparams["pg_sampler"])
-            post = SitePosterior(K_psi, w, kappa, self.jitter, episode.id)
-            noise = torch.randn(psi.shape, generator=gen, dtype=DTYPE, device=gen.device)
-            psi = post.sample(priors[step], noise.to(K.device))
-            trace.append(float(augmented_log_marginal(post, 1.0, kappa).mean()))
-        return w, psi, trace
+            if blocked:
+                noise = torch.randn(f.shape, generator=gen, dtype=DTYPE, device=gen.device)
+                f = self._sweep(K, f, pairs.dense(w, C, n), y, priors[step], noise.to(K.device),
+                                episode)
+                psi = pairs.apply(f)
+            else:
+                post = SitePosterior(K_psi, w, kappa, self.jitter, episode.id)
+                noise = torch.randn(psi.shape, generator=gen, dtype=DTYPE, device=gen.device)
+                psi = post.sample(pairs.apply(priors[step]), noise.to(K.device))
+            trace.append(F.logsigmoid(psi).sum(-1).mean())
+        return w, psi, torch.stack(trace).tolist() if trace else []
+
+    def class_conditional(self, K: Tensor, f: Tensor, w: Tensor, y: Tensor, c: int,
+                          episode: Episode) -> SitePosterior:
+        """``p(f_c | f_{-c}, w, y)`` as Gaussian sites on the ``n`` points, every chain at once;
+        ``f``: ``[R, C, n]``, ``w``: ``[R, n, C]`` (zero at each point's own label)."""
+        C, n = f.shape[-2:]
+        own = y == c
+        pull = (w * f.transpose(-1, -2)).sum(-1)  # sum_{c'} w_{n c'} f_{c'}(n)
+        f_label = f[..., y, torch.arange(n, device=f.device)]
+        lam = torch.where(own, w.sum(-1), w[..., c])
+        nu = torch.where(own, 0.5 * (C - 1) + pull, -0.5 + w[..., c] * f_label)
+        return SitePosterior(K[c], lam, nu, self.jitter, episode.id)
+
+    def _sweep(self, K: Tensor, f: Tensor, w: Tensor, y: Tensor, prior: Tensor, noise: Tensor,
+               episode: Episode) -> Tensor:
+        """One systematic scan ``f_c ~ p(f_c | f_{-c}, w, y)``, ``c = 0..C-1``, each drawn by
+        Matheron's rule from ``prior`` (draws of ``N(0, K_c)``) and ``noise``, all ``[R, C, n]``."""
+        f = f.clone()
+        for c in range(f.shape[-2]):
+            post = self.class_conditional(K, f, w, y, c, episode)
+            f[..., c, :] = post.sample(prior[..., c, :], noise[..., c, :])
+        return f
 
     # -- objectives and prediction ---------------------------------------------------------------
 
@@ -136,7 +191,8 @@ class OVE(GPMethod):
     def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
         mats = self.kernel_matrices(episode)
         pairs = Pairs(episode.support_y, episode.way)
-        w, _, trace = self.gibbs(mats.Kss, pairs, steps, episode, episode_generator(episode))
+        w, _, trace = self.gibbs(mats.Kss, episode.support_y, steps, episode,
+                                 episode_generator(episode))
         kappa = torch.full_like(w, 0.5)
         post = self.posterior(pairs.prior_cov(mats.Kss), w, kappa, episode)
         scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
@@ -154,7 +210,7 @@ class OVE(GPMethod):
         K = check_finite(self.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
         K = K.expand(episode.way, *K.shape[-2:])
         pairs = Pairs(y, episode.way)
-        w, _, _ = self.gibbs(K, pairs, steps, episode, episode_generator(episode))
+        w, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
         kappa = torch.full_like(w, 0.5)
         post = self.posterior(pairs.prior_cov(K), w, kappa, episode)
         return -augmented_log_marginal(post, 1.0, kappa).mean() / y.numel()
