@@ -1,24 +1,61 @@
-"""Seconds per test episode (``predict`` only, default steps) of the GP baselines on this machine.
+"""Seconds per test episode (``predict``, default steps) and per training step (``meta_loss`` and
+its backward pass) of the GP baselines on this machine.
 
     .venv/bin/python benchmarks/gp_baselines/seconds_per_episode.py [--way 5 --shot 5 --query 15
-        --episodes 5 --threads 1 --backbone conv4s --image-size 28]
+        --episodes 5 --threads 1 --backbone conv4s --image-size 28 --methods ove]
 
 Each method is built with the same backbone and seed and timed on the same synthetic episodes
-(``zoo.testing.toy_episode``); the first episode is a warm-up and is not counted.
+(``zoo.testing.toy_episode``); the first episode is a warm-up and is not counted. The OVE plugin
+is timed with both of its Gibbs samplers (``sampler=joint``, the authors' and the former default,
+and ``sampler=blocked``), and their ratio is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
-from zoo.method import build_method
+from zoo.episode import Episode
+from zoo.method import Method, build_method
 from zoo.testing import toy_episode
 
-CONFIGS = [("dkt", {}), ("ove", {}), ("logistic-softmax", {"inference": "mean-field"}),
+CONFIGS = [("dkt", {}), ("ove", {"sampler": "joint"}), ("ove", {"sampler": "blocked"}),
+           ("logistic-softmax", {"inference": "mean-field"}),
            ("logistic-softmax", {"inference": "gibbs"}), ("protonet", {})]
+
+
+def seconds(run: Callable[[Episode], object], episodes: list[Episode], device: str) -> Tensor:
+    """Per-episode wall-clock seconds of ``run``, the first (warm-up) episode dropped."""
+    times = []
+    for ep in episodes:
+        start = time.perf_counter()
+        run(ep)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return torch.tensor(times[1:])
+
+
+def test_episode(m: Method) -> Callable[[Episode], object]:
+    def run(ep: Episode) -> object:
+        m.eval()
+        with torch.no_grad():
+            return m.predict(ep)
+    return run
+
+
+def train_step(m: Method) -> Callable[[Episode], object]:
+    def run(ep: Episode) -> object:
+        m.train()
+        m.zero_grad()
+        loss = m.meta_loss(ep)
+        loss.backward()
+        return loss
+    return run
 
 
 def main() -> None:
@@ -31,26 +68,32 @@ def main() -> None:
     p.add_argument("--backbone", default="conv4s")
     p.add_argument("--image-size", type=int, default=28)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--methods", default="", help="comma-separated names (default: all)")
+    p.add_argument("--no-train", action="store_true", help="time test episodes only")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     episodes = [toy_episode(args.way, args.shot, args.query, image_size=args.image_size, seed=s)
                 .to(args.device) for s in range(args.episodes + 1)]
+    wanted = set(filter(None, args.methods.split(",")))
     print(f"{args.way}-way {args.shot}-shot, {args.query} queries/class, {args.backbone}, "
           f"{args.threads} thread(s), device {args.device}")
+    print(f"{'method':40s} {'test s/episode':>15s} {'train s/step':>13s}")
+    results: dict[str, tuple[float, float]] = {}
     for name, hp in CONFIGS:
+        if wanted and name not in wanted:
+            continue
         m = build_method(name, way=args.way, in_channels=1, image_size=args.image_size,
-                         backbone=args.backbone, seed=0, **hp).to(args.device).eval()
-        times = []
-        with torch.no_grad():
-            for ep in episodes:
-                start = time.perf_counter()
-                m.predict(ep)
-                if args.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - start)
+                         backbone=args.backbone, seed=0, **hp).to(args.device)
         label = name + "".join(f" {k}={v}" for k, v in hp.items())
-        t = torch.tensor(times[1:])
-        print(f"{label:40s} {t.mean():8.3f} s/episode  (min {t.min():.3f}, max {t.max():.3f})")
+        test = float(seconds(test_episode(m), episodes, args.device).mean())
+        train = float("nan") if args.no_train else float(
+            seconds(train_step(m), episodes, args.device).mean())
+        results[label] = (test, train)
+        print(f"{label:40s} {test:15.3f} {train:13.3f}", flush=True)
+    joint, blocked = results.get("ove sampler=joint"), results.get("ove sampler=blocked")
+    if joint and blocked:
+        print(f"{'ove joint / blocked':40s} {joint[0] / blocked[0]:14.1f}x "
+              f"{joint[1] / blocked[1]:12.1f}x")
 
 
 if __name__ == "__main__":
