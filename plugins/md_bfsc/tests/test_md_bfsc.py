@@ -17,7 +17,9 @@ from zoo_md_bfsc.inference import (
     gradient_descent,
     mean_parameter_gradient,
     mirror_descent,
+    softmax_draw_moments,
 )
+from zoo_md_bfsc.method import MDBFSC
 
 from zoo.backbones import Backbone
 from zoo.errors import NumericalError
@@ -87,6 +89,41 @@ def test_expected_gradients_match_autograd_of_an_exact_expectation():
     assert torch.allclose(est.g_m, dm, atol=1e-3)
     assert torch.allclose(est.g_v, dv, atol=1e-3)  # Price: 1/2 E[s^2 - s]
     assert dv.abs().min() > 1e-2  # the check is not vacuous
+
+
+def test_float32_draw_moments_agree_with_float64_log_softmax():
+    onehot, mean, var = _marginals(N=6, C=4)
+    z = standard_normal_draws(256, 4, seed=5)
+    lse, s, s2 = softmax_draw_moments(mean, var, z.float())
+    f = mean[:, None, :] + var.sqrt()[:, None, :] * z
+    logp = torch.log_softmax(f, -1)
+    assert lse.dtype == DTYPE
+    assert torch.allclose(lse, torch.logsumexp(f, -1).mean(-1), atol=1e-5)
+    assert torch.allclose(s, logp.exp().mean(-2), atol=1e-6)
+    assert torch.allclose(s2, logp.exp().pow(2).mean(-2), atol=1e-6)
+
+
+def test_estimator_error_at_the_default_draws_is_below_the_authors_monte_carlo():
+    """RMSE of (g_m, g_v) against tensor Gauss-Hermite quadrature (exact to ~1e-12), over 8
+    seeds: MD-BFSC's estimator (256 antithetic Sobol draws, float32) is more accurate than the
+    authors' 10,000 plain Monte Carlo draws, and within 1e-3."""
+    onehot, mean, var = _marginals(N=12, C=3, seed=6)
+    var = 0.3 + 1.5 * var  # spread like test-point marginals
+    m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
+    dm, dv = torch.autograd.grad(gauss_hermite_ell(onehot, m, v).sum(), (m, v))
+    exact = torch.cat([dm.flatten(), dv.flatten()])
+
+    def rmse(samples: int, method: str) -> float:
+        errs = []
+        for seed in range(8):
+            draws = standard_normal_draws(samples, 3, method=method, seed=seed)
+            e = SoftmaxLikelihood(onehot, draws).expectations(mean, var)
+            errs.append(torch.cat([e.g_m.flatten(), e.g_v.flatten()]) - exact)
+        return torch.stack(errs).pow(2).mean().sqrt().item()
+
+    ours = rmse(MDBFSC.defaults["samples_train"], "sobol")
+    assert ours < rmse(10_000, "mc")
+    assert ours < 1e-3
 
 
 def test_softmax_hessian_diagonal_is_s_squared_minus_s():
@@ -245,7 +282,11 @@ def test_predictions_invariant_to_support_order_and_equivariant_to_relabelling(n
         moved = method.predict(renamed).probs
     # class c is now called relabel[c]; equal up to the estimator's error (draws are per column)
     assert torch.allclose(moved[:, relabel], probs, atol=1e-2)
-    assert torch.equal(moved[:, relabel].argmax(1), probs.argmax(1))
+    # the decision is the same wherever the top two are further apart than that error
+    top2 = probs.topk(2, dim=1).values
+    clear = top2[:, 0] - top2[:, 1] > 2 * (moved[:, relabel] - probs).abs().max()
+    assert clear.sum() >= probs.shape[0] // 2
+    assert torch.equal(moved[clear][:, relabel].argmax(1), probs[clear].argmax(1))
 
 
 class Pixels(Backbone):

@@ -47,24 +47,45 @@ class Likelihood(Protocol):
         ...
 
 
+def softmax_draw_moments(mean: Tensor, var: Tensor, draws: Tensor
+                         ) -> tuple[Tensor, Tensor, Tensor]:
+    """Draw averages of ``logsumexp(f)`` ``[N]``, ``softmax(f)`` and ``softmax(f)^2`` ``[N, C]``
+    over ``f_s = mean + sqrt(var) * draws_s`` for marginals ``[N, C]`` and ``draws`` ``[S, C]``.
+
+    The ``[N, C, S]`` work is done in ``draws``' dtype (float32 by default: its rounding, ~1e-7,
+    is far below any estimator error) with the draws on the last axis so that the reductions over
+    the few classes and over the draws run on contiguous rows; results come back in ``mean``'s
+    dtype. This is the inner loop's whole per-point cost, hence written out by hand (a max-shifted
+    exp, one sum, one division) rather than through ``log_softmax``, which is slow for small C.
+    """
+    dt = draws.dtype
+    f = torch.addcmul(mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None],
+                      draws.T)  # [N, C, S]
+    shift = f.detach().amax(-2, keepdim=True)
+    e = (f - shift).exp()
+    total = e.sum(-2, keepdim=True)
+    s = e / total
+    lse = (total.log() + shift).mean((-2, -1))
+    return lse.to(mean.dtype), s.mean(-1).to(mean.dtype), s.pow(2).mean(-1).to(mean.dtype)
+
+
 class SoftmaxLikelihood:
     """``p(y_n | f_n) = softmax(f_n)_{y_n}`` with expectations over shared standard-normal draws.
 
     By Bonnet's and Price's theorems the derivatives are expectations too:
-    ``g_m = E[y - s]`` and ``g_v = 1/2 E[diag Hessian] = 1/2 E[s^2 - s]`` with ``s = softmax(f)``.
-    ``draws`` ``[S, C]`` are the same for every point (:func:`zoo.gp.standard_normal_draws`), so
-    the inner problem is deterministic given the episode.
+    ``g_m = E[y - s]`` and ``g_v = 1/2 E[diag Hessian] = 1/2 E[s^2 - s]`` with ``s = softmax(f)``;
+    ``E[log s_y] = m_y - E[logsumexp f]`` with the linear part exact. ``draws`` ``[S, C]`` are the
+    same for every point (:func:`zoo.gp.standard_normal_draws`), so the inner problem is deterministic
+    given the episode; the per-draw work runs in ``dtype`` (see :func:`softmax_draw_moments`).
     """
 
-    def __init__(self, onehot: Tensor, draws: Tensor):
-        self.onehot, self.draws = onehot.to(DTYPE), draws.to(DTYPE)
+    def __init__(self, onehot: Tensor, draws: Tensor, dtype: torch.dtype = torch.float32):
+        self.onehot, self.draws = onehot.to(DTYPE), draws.to(dtype)
 
     def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
-        f = mean[..., None, :] + var.clamp_min(0).sqrt()[..., None, :] * self.draws  # [N, S, C]
-        logp = torch.log_softmax(f, dim=-1)
-        s = logp.exp()
-        ell = (logp * self.onehot[..., None, :]).sum(-1).mean(-1)
-        return Expectations(ell, self.onehot - s.mean(-2), 0.5 * (s * s - s).mean(-2))
+        lse, s, s2 = softmax_draw_moments(mean, var, self.draws)
+        ell = (mean * self.onehot).sum(-1) - lse
+        return Expectations(ell, self.onehot - s, 0.5 * (s2 - s))
 
 
 class GaussianLikelihood:
@@ -131,24 +152,34 @@ def mirror_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
     C, N = K.shape[0], K.shape[-1]
     t1 = K.new_zeros(C, N)
     t2 = K.new_zeros(C, N)
-    post = SitePosterior(K, t2, t1, jitter, episode)
+    # at the prior (no sites) the marginals are N(0, diag K): no factorisation needed
+    post: SitePosterior | None = None
+    mean, var = t1, torch.diagonal(K, dim1=-2, dim2=-1)
     history: list[float] = []
     expect = None
     for step in range(steps + 1):
-        mean, var = post.mean, post.var
+        if step > 0:
+            post = SitePosterior(K, -2 * t2, t1, jitter, episode)
+            mean, var = post.mean, post.var
         if step == steps and not (trace or final_elbo):
             break
         expect = likelihood.expectations(mean.T, var.T)
         if trace:
-            history.append(float(elbo(post, expect)))
+            history.append(float(_elbo_from(post, expect)))
         if step == steps:
             break
         d1, d2 = mean_parameter_gradient(mean, expect.g_m.T, expect.g_v.T)
         t1 = (1 - rho) * t1 + rho * d1
         t2 = (1 - rho) * t2 + rho * d2
-        post = SitePosterior(K, -2 * t2, t1, jitter, episode)
-    final = elbo(post, expect) if final_elbo and expect is not None else None
+    final = _elbo_from(post, expect) if final_elbo and expect is not None else None
+    if post is None:
+        post = SitePosterior(K, t2, t1, jitter, episode)
     return InnerResult(post, history, final)
+
+
+def _elbo_from(post: Posterior | None, expect: Expectations) -> Tensor:
+    """:func:`elbo`, with ``None`` standing for the prior (KL zero)."""
+    return expect.ell.sum() if post is None else elbo(post, expect)
 
 
 class FullGaussianPosterior:

@@ -16,10 +16,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo import Episode, Prediction
-from zoo.gp import DTYPE, expected_softmax, standard_normal_draws
+from zoo.gp import DTYPE, standard_normal_draws
 from zoo.gpmethod import GPMethod
 from zoo.method import episode_generator
-from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult, SoftmaxLikelihood
+from zoo_md_bfsc.inference import (
+    INNER_LOOPS,
+    InnerResult,
+    SoftmaxLikelihood,
+    softmax_draw_moments,
+)
 
 LOSSES = ("elbo", "predictive")
 
@@ -58,9 +63,10 @@ class MDBFSC(GPMethod):
 
     @staticmethod
     def draws(episode: Episode, samples: int, salt: int) -> Tensor:
-        """``[samples, way]`` standard-normal draws, a function of the episode and ``salt``."""
+        """``[samples, way]`` float32 standard-normal draws, a function of the episode and
+        ``salt`` (float32 because the per-draw work runs in it, see ``softmax_draw_moments``)."""
         seed = int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))
-        return standard_normal_draws(samples, episode.way, seed=seed)
+        return standard_normal_draws(samples, episode.way, seed=seed).float()
 
     def run_inner(self, K: Tensor, labels: Tensor, episode: Episode, *, steps: int, rho: float,
                   samples: int, trace: bool = False, final_elbo: bool = False) -> InnerResult:
@@ -83,7 +89,7 @@ class MDBFSC(GPMethod):
                                 samples=samples, trace=trace)
         mean, var = result.posterior.predict(mats.Ksq, mats.kqq)
         draws = self.draws(episode, samples, salt=2).to(mean.device)
-        return expected_softmax(mean.T, var.T, draws), result
+        return softmax_draw_moments(mean.T, var.T, draws)[1], result
 
     # -- the runner's entry points ---------------------------------------------------------------
 
