@@ -249,10 +249,11 @@ class OVE(GPMethod):
             value = augmented_log_marginal(post, 1.0, kappa).mean()
             if not K.requires_grad:
                 return value
-            inv_B = torch.cholesky_inverse(post.L)
-            grad_psi = post.alpha[..., :, None] * post.alpha[..., None, :]
-            grad_psi = 0.5 * (grad_psi - post.s[..., :, None] * inv_B * post.s[..., None, :])
-            grad_K = pairs.pullback(grad_psi.mean(0), C, n)  # linear: the mean's gradient
+            R = w.shape[0]
+            inv_B = torch.cholesky_inverse(post.L)  # [R, M, M], scaled in place below
+            inv_B.mul_(post.s[:, :, None]).mul_(post.s[:, None, :])
+            grad_psi = (post.alpha.T @ post.alpha - inv_B.sum(0)) / (2 * R)  # chain mean
+            grad_K = pairs.pullback(grad_psi, C, n)  # linear: the mean's gradient
         return value + (grad_K * (K - K_fixed)).sum()
 
     def predict(self, episode: Episode) -> Prediction:
