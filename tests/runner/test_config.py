@@ -103,3 +103,13 @@ def test_values_and_dataset_specs():
         "omniglot-minimal", {"background": "small2"})
     with pytest.raises(SuiteError):
         parse_dataset("Bad Name")
+
+
+def test_train_shot_trains_one_model_for_every_test_shot():
+    per_shot = expand_cells(tiny_suite(shots=[1, 5]), ["protonet"])
+    assert len({c.train_hash for c in per_shot}) == 2
+    assert all(c.train_shot == c.shot for c in per_shot)
+    shared = expand_cells(tiny_suite(shots=[1, 5], train_shot=1), ["protonet"])
+    assert len({c.train_hash for c in shared}) == 1
+    assert sorted({c.shot for c in shared}) == [1, 5] and {c.train_shot for c in shared} == {1}
+    assert "(trained 1-shot)" in [c for c in shared if c.shot == 5][0].label

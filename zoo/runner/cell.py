@@ -124,7 +124,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: FewShotDataset,
     result = {
         "method": cell.method, "dataset": cell.dataset, "train_dataset": cell.train_dataset,
         "backbone": cell.backbone, "kernel": cell.kernel, "way": cell.way, "shot": cell.shot,
-        "query": cell.query, "seed": cell.seed, "train_episodes": cell.train_episodes,
+        "train_shot": cell.train_shot, "query": cell.query, "seed": cell.seed, "train_episodes": cell.train_episodes,
         **summary,
         "train_seconds": info["train_seconds"], "val_accuracy": info["val_accuracy"],
         "selection": info["selection"], "skipped_steps": info["skipped_steps"],

@@ -105,7 +105,8 @@ def train_cmd(args: argparse.Namespace) -> int:
                 train_dataset=args.dataset, dataset=args.dataset,
                 backbone=args.backbone or cls.default_backbone,
                 kernel=(args.kernel or cls.default_kernel) if cls.uses_kernel else args.kernel,
-                way=args.way, shot=args.shot, query=15, train_query=args.query, seed=args.seed,
+                way=args.way, shot=args.shot, train_shot=args.shot, query=15,
+                train_query=args.query, seed=args.seed,
                 train_episodes=args.episodes, val_episodes=args.val_episodes,
                 val_every=args.val_every, test_episodes=0)
     out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
@@ -143,7 +144,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     config, blob = load_run(args.run, device)
-    way, shot = args.way or config["way"], args.shot or config["shot"]
+    way, shot = args.way or config["way"], args.shot or config["train_shot"]
     seed = config["seed"] if args.seed is None else args.seed
     cell = Cell(**{**config, "way": way, "shot": shot}, dataset=args.dataset, query=args.query,
                 test_episodes=args.episodes)

@@ -47,6 +47,7 @@ SETTINGS: dict[str, Any] = {
     "test_datasets": [],
     "ways": [5],
     "shots": [1, 5],
+    "train_shot": 0,
     "query": 15,
     "train_query": 15,
     "seeds": [0],
@@ -63,7 +64,8 @@ SETTINGS: dict[str, Any] = {
     "entry": "",
 }
 """Suite settings and their defaults. ``checkpoint_every`` and ``max_bad_steps`` steer the run but
-do not change its result, so they are not part of a cell's identity."""
+do not change its result, so they are not part of a cell's identity. ``train_shot = 0`` trains a
+model per test shot; a positive value trains one model at that shot and scores it at every shot."""
 
 DATASET_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9-]*)(?:\[(?P<options>[^\]]*)\])?$")
 LIST_SETTINGS = {"train_datasets", "test_datasets", "ways", "shots", "seeds", "requires"}
@@ -263,6 +265,7 @@ class Cell:
     kernel: str | None
     way: int
     shot: int
+    train_shot: int
     query: int
     train_query: int
     seed: int
@@ -273,7 +276,7 @@ class Cell:
     checkpoint_every: int = 50
     max_bad_steps: int = 20
 
-    TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "way", "shot",
+    TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "way", "train_shot",
                   "train_query", "seed", "train_episodes", "val_episodes", "val_every")
 
     def config(self) -> dict[str, Any]:
@@ -296,7 +299,8 @@ class Cell:
     def label(self) -> str:
         where = (self.dataset if self.dataset == self.train_dataset
                  else f"{self.train_dataset}->{self.dataset}")
-        return f"{self.method} {where} {self.way}w{self.shot}s seed{self.seed}"
+        trained = f" (trained {self.train_shot}-shot)" if self.train_shot != self.shot else ""
+        return f"{self.method} {where} {self.way}w{self.shot}s{trained} seed{self.seed}"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **run: Any) -> Cell:
@@ -340,13 +344,15 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str]) -> list
                         except HyperParameterError as exc:
                             raise SuiteError(f"suite {suite.name!r}: {exc}") from None
                         kernel = (s["kernel"] or cls.default_kernel) if cls.uses_kernel else None
+                        train_shot = int(s["train_shot"]) or int(shot)
                         for test in tests:
                             cells.append(Cell(
                                 method=m, hparams=hparams, train_dataset=train, dataset=test,
                                 backbone=s["backbone"] or cls.default_backbone, kernel=kernel,
-                                way=int(way), shot=int(shot), query=int(s["query"]),
+                                way=int(way), shot=int(shot), train_shot=train_shot,
+                                query=int(s["query"]),
                                 train_query=int(s["train_query"]), seed=int(seed),
-                                train_episodes=_per_shot(s["train_episodes"], shot),
+                                train_episodes=_per_shot(s["train_episodes"], train_shot),
                                 val_episodes=int(s["val_episodes"]), val_every=int(s["val_every"]),
                                 test_episodes=int(s["test_episodes"]),
                                 checkpoint_every=int(s["checkpoint_every"]),

@@ -91,7 +91,7 @@ def has_split(dataset: FewShotDataset, split: str) -> bool:
 def validate(method: Method, cell: Cell, dataset: FewShotDataset) -> tuple[float, torch.Tensor,
                                                                            torch.Tensor]:
     """Mean accuracy on the fixed validation episodes, and their log-probabilities and labels."""
-    sampler = EpisodeSampler(dataset, "val", cell.way, cell.shot, cell.query, seed=cell.seed)
+    sampler = EpisodeSampler(dataset, "val", cell.way, cell.train_shot, cell.query, seed=cell.seed)
     was_training = method.training
     method.eval()
     logps, labels = [], []
@@ -134,7 +134,8 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
 
     validating = has_split(dataset, "val") and cell.val_episodes > 0
     meta_batch = max(1, int(cell.hparams.get("meta_batch") or 1))
-    sampler = EpisodeSampler(dataset, "train", cell.way, cell.shot, cell.train_query, seed=cell.seed)
+    sampler = EpisodeSampler(dataset, "train", cell.way, cell.train_shot, cell.train_query,
+                             seed=cell.seed)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
 
     def save_checkpoint() -> None:
