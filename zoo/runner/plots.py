@@ -40,7 +40,8 @@ def draw_all(report: Report, out: Path) -> list[Path]:
                 if (method, s) in report.entries and report.entries[(method, s)].episodes]
         if not done:
             continue
-        fig, axes = plt.subplots(1, len(done), figsize=(3.2 * len(done), 3.3), squeeze=False)
+        fig, axes = plt.subplots(1, len(done), figsize=(3.2 * len(done), 3.5), squeeze=False,
+                                 layout="constrained")
         for ax, s in zip(axes[0], done):
             entry = report.entries[(method, s)]
             for calibrated, color, name in ((False, "tab:blue", "raw"),
@@ -65,7 +66,7 @@ def draw_all(report: Report, out: Path) -> list[Path]:
         entries = [report.entries[(m, s)] for m in report.methods
                    if (m, s) in report.entries and report.entries[(m, s)].curves]
         if entries:
-            fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(9, 3.5))
+            fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
             for e in entries:
                 curve = e.curves[0]
                 x = [p["episode"] for p in curve]
@@ -85,7 +86,7 @@ def draw_all(report: Report, out: Path) -> list[Path]:
                  if (m, s) in report.entries]
         inner = [(m, c) for m, c in inner if c is not None]
         if inner:
-            fig, ax = plt.subplots(figsize=(4.5, 3.5))
+            fig, ax = plt.subplots(figsize=(4.5, 3.5), layout="constrained")
             for m, c in inner:
                 ax.plot(np.arange(1, len(c) + 1), c, marker=".", label=m)
             ax.set(xlabel="inner step", ylabel="inner objective (mean over test episodes)",
