@@ -187,5 +187,6 @@ def test_conformance():
 
 @pytest.mark.slow
 def test_conformance_20_way():
-    """M = N (C - 1) = 2660 pairwise differences: the dense B = I + S K_psi S dominates."""
+    """M = N (C - 1) = 2660 pairwise differences in training: the ML loss's one ``M x M``
+    factorisation per chain dominates (the Gibbs steps are class-blocked, ``N x N``)."""
     check_method("ove", settings=((20, 5),), chains=2, test_steps=2)
