@@ -2,10 +2,15 @@
 
 1. a training step (meta_loss + backward + Adam step) against ProtoNet with the same backbone
    (conv4s) and the same episode (glyphs, 5-way, 15 queries): the ratio should be <= 1.3;
-2. time per test episode (predict) for way in {5, 20, 50} x shot in {1, 5, 20}, 15 queries per
-   class, on random 28x28 images (the cost depends only on the sizes).
+2. time per test episode (predict, 50 inner steps) for way in {5, 20, 50} x shot in {1, 5, 20},
+   15 queries per class, on random 28x28 images (the cost depends only on the sizes). Each cell is
+   first timed with 2 and 6 inner steps (every step costs the same: one batched Cholesky of the
+   ``[way, n, n]`` matrices ``I + S K S`` and one triangular solve for the marginals), giving an
+   estimate of the 50-step time; a cell whose estimate fits ``--budget`` seconds is measured in
+   full (median of up to ``--repeat // 3`` runs), a larger one is reported as that linear
+   extrapolation, marked ``*``. The whole grid then fits in a few minutes on one thread.
 
-    .venv/bin/python benchmarks/md_bfsc/cost.py [--repeat 5] [--skip-grid]
+    .venv/bin/python benchmarks/md_bfsc/cost.py [--repeat 7] [--budget 20] [--skip-grid]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def train_step(name: str, episode, **hparams) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--budget", type=float, default=20.0, help="seconds per grid cell")
     p.add_argument("--skip-grid", action="store_true")
     args = p.parse_args()
     ds = load_dataset("glyphs")
@@ -70,18 +76,43 @@ def main() -> None:
               f"gd-bfsc {med['gd-bfsc'] * 1e3:.1f} ms ({med['gd-bfsc'] / med['protonet']:.2f}x)")
     if args.skip_grid:
         return
-    print("time per test episode (predict, 50 inner steps, 15 queries per class)")
-    print(f"  {'way':>4} {'shot':>5} {'md-bfsc ms':>11} {'protonet ms':>12}")
+    print("time per test episode (predict, 50 inner steps, 15 queries per class; "
+          "* = extrapolated from 2 and 6 steps)")
+    print(f"  {'way':>4} {'shot':>5} {'md-bfsc ms':>12} {'protonet ms':>12}")
     for way in (5, 20, 50):
         for shot in (1, 5, 20):
-            ep = toy_episode(way, shot, query=15)
-            row = []
-            for name in ("md-bfsc", "protonet"):
-                m = build_method(name, way=way, in_channels=1, image_size=28, seed=0,
-                                 backbone="conv4s").eval()
-                with torch.no_grad():
-                    row.append(median_time(lambda m=m, ep=ep: m.predict(ep), max(1, args.repeat // 3)))
-            print(f"  {way:>4} {shot:>5} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>12.1f}")
+            print(f"  {way:>4} {shot:>5} " + grid_cell(way, shot, args.repeat, args.budget),
+                  flush=True)
+
+
+def grid_cell(way: int, shot: int, repeat: int, budget: float) -> str:
+    """One row of the way x shot table (see the module docstring for the protocol)."""
+    ep = toy_episode(way, shot, query=15)
+    md = build_method("md-bfsc", way=way, in_channels=1, image_size=28, seed=0,
+                      backbone="conv4s").eval()
+    proto = build_method("protonet", way=way, in_channels=1, image_size=28, seed=0,
+                         backbone="conv4s").eval()
+    steps = md.hparams["steps_test"]
+
+    def predict(m, inner_steps: int | None = None) -> float:
+        if inner_steps is not None:
+            m.hparams["steps_test"] = inner_steps
+        t = time.perf_counter()
+        with torch.no_grad():
+            m.predict(ep)
+        return time.perf_counter() - t
+
+    predict(md, 2)
+    t2, t6 = predict(md, 2), predict(md, 6)
+    estimate = t2 + (t6 - t2) * (steps - 2) / 4
+    if estimate * 2 <= budget:
+        runs = max(1, min(repeat // 3, int(budget / estimate) - 1))
+        md_time = statistics.median(predict(md, steps) for _ in range(runs))
+        md_cell = f"{md_time * 1e3:>11.1f} "
+    else:
+        md_cell = f"{estimate * 1e3:>11.1f}*"
+    proto_time = median_time(lambda: predict(proto), max(1, repeat // 3))
+    return f"{md_cell} {proto_time * 1e3:>12.1f}"
 
 
 if __name__ == "__main__":
