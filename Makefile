@@ -17,12 +17,9 @@ $(STAMP): Makefile constraints.txt pyproject.toml $(wildcard plugins/*/pyproject
 	$(PIP) install -c constraints.txt pip setuptools Cython
 	$(PIP) install -c constraints.txt torch torchvision numpy
 	# learn2learn 0.2.0 ships C files that do not compile on Python 3.11: let Cython regenerate
-	# them (see ../shared/INSTALL-NOTES.md), then add what it imports. gym only because
-	# `import learn2learn` imports learn2learn.gym; without gym_notices, which prints a banner
-	# on every import.
+	# them (see ../shared/INSTALL-NOTES.md), then add what it imports (not qpth, gsutil).
 	$(PIP) install -c constraints.txt --no-deps learn2learn --config-settings=--build-option=build_ext
-	$(PIP) install -c constraints.txt --no-deps gym
-	$(PIP) install -c constraints.txt cloudpickle requests tqdm scipy
+	$(PIP) install -c constraints.txt gym requests tqdm scipy
 	$(PIP) install -c constraints.txt --no-build-isolation -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $@
 

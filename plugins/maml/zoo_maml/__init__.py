@@ -25,9 +25,10 @@ reproduction card's ``--set``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from importlib.util import find_spec
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import learn2learn as l2l
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -36,6 +37,24 @@ import zoo
 from zoo import Episode, Method, Prediction
 from zoo.backbones import Backbone, use_batch_statistics
 from zoo.errors import HyperParameterError, NumericalError
+
+if TYPE_CHECKING:
+    import learn2learn as l2l
+
+if find_spec("learn2learn") is None:  # fail at plugin load, with the remedy, not at first use
+    raise ImportError("learn2learn is not installed; its 0.2.0 sdist only builds when Cython "
+                      "regenerates its C files: pip install --no-deps learn2learn==0.2.0 "
+                      "--config-settings=--build-option=build_ext && pip install gym requests tqdm "
+                      "scipy (`make venv` does this)")
+
+
+def _algorithms() -> ModuleType:
+    """``learn2learn.algorithms``, imported on first use: learn2learn imports gym, which prints a
+    deprecation notice on import, and no zoo command that does not run MAML should show it."""
+    import learn2learn
+
+    return learn2learn.algorithms
+
 
 PROTOCOLS = ("omniglot", "miniimagenet")
 
@@ -123,7 +142,7 @@ class MAML(InnerLoopMethod):
     def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
         """A fresh clone of backbone + head that ``adapt`` updates without touching the originals."""
         net = nn.Sequential(self.backbone, self.head)
-        return l2l.algorithms.MAML(net, lr=self.hparams["inner_lr"], first_order=first_order).clone()
+        return _algorithms().MAML(net, lr=self.hparams["inner_lr"], first_order=first_order).clone()
 
     def adapt(self, learner: l2l.algorithms.BaseLearner, episode: Episode, steps: int,
               record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
@@ -175,7 +194,7 @@ class MetaSGD(MAML):
         return nn.Sequential(self.backbone, self.head)
 
     def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
-        return l2l.algorithms.MetaSGD(self._net(), lrs=self.inner_lrs,
+        return _algorithms().MetaSGD(self._net(), lrs=self.inner_lrs,
                                       first_order=first_order).clone()
 
 
@@ -191,7 +210,7 @@ class ANIL(InnerLoopMethod):
 
     def adapt_head(self, support: Tensor, episode: Episode, first_order: bool, steps: int,
                    record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
-        head = l2l.algorithms.MAML(self.head, lr=self.hparams["inner_lr"],
+        head = _algorithms().MAML(self.head, lr=self.hparams["inner_lr"],
                                    first_order=first_order).clone()
         for _ in range(steps):
             loss = F.cross_entropy(head(support), episode.support_y)
