@@ -138,7 +138,7 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
             continue
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
