@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
