@@ -48,6 +48,19 @@ def _datasets_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def print_rows(rows: list[dict], as_json: bool) -> int:
+    """A listing command's output: a JSON array, or one aligned line per row."""
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    text = [[", ".join(map(str, v)) if isinstance(v, list) else str(v) for v in r.values()]
+            for r in rows]
+    widths = [max(len(t[i]) for t in text) for i in range(len(text[0]) - 1)] if text else []
+    for t in text:
+        print("  ".join(c.ljust(w) for c, w in zip(t, widths)) + "  " + t[-1])
+    return 0
+
+
 @command("datasets", _datasets_args)
 def datasets_cmd(args: argparse.Namespace) -> int:
     """List registered data sets and the plugin that provides each."""
@@ -57,12 +70,7 @@ def datasets_cmd(args: argparse.Namespace) -> int:
     rows = [{"name": n, "plugin": reg.owner("datasets", n),
              "about": ((reg.get("datasets", n).__doc__ or "").strip().splitlines() or ["-"])[0]}
             for n in reg.names("datasets")]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for r in rows:
-            print(f"{r['name']:<22} {r['plugin']:<14} {r['about']}")
-    return 0
+    return print_rows(rows, args.json)
 
 
 @command("methods", _datasets_args)
@@ -73,12 +81,7 @@ def methods_cmd(args: argparse.Namespace) -> int:
     reg = registry()
     rows = [{"name": n, "plugin": reg.owner("methods", n), "tasks": sorted(cls.tasks),
              "defaults": cls.all_defaults()} for n, cls in sorted(reg.items("methods").items())]
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-    else:
-        for r in rows:
-            print(f"{r['name']:<18} {r['plugin']:<16} {','.join(r['tasks'])}  {r['defaults']}")
-    return 0
+    return print_rows(rows, args.json)
 
 
 def build_parser() -> argparse.ArgumentParser:

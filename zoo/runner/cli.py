@@ -195,6 +195,7 @@ def _suites_args(p: argparse.ArgumentParser) -> None:
 @command("suites", _suites_args)
 def suites_cmd(args: argparse.Namespace) -> int:
     """List benchmark suites (built-in and from plugins)."""
+    from zoo.cli import print_rows
     from zoo.plugins import registry
     from zoo.runner.config import load_suite, suite_names
 
@@ -202,10 +203,5 @@ def suites_cmd(args: argparse.Namespace) -> int:
     for name in suite_names():
         suite = load_suite(name)
         rows.append({"name": name, "plugin": registry().owner("suites", name),
-                     "description": suite.settings["description"], "source": suite.source})
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for r in rows:
-            print(f"{r['name']:<20} {r['plugin']:<14} {r['description']}")
-    return 0
+                     "source": suite.source, "description": suite.settings["description"]})
+    return print_rows(rows, args.json)

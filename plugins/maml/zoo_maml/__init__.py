@@ -129,6 +129,19 @@ def check_finite(loss: Tensor, episode: Episode, what: str) -> None:
                              "diverged; lower inner_lr or inner_steps")
 
 
+def _adapt(learner: l2l.algorithms.BaseLearner, support: Tensor, episode: Episode, steps: int,
+           record: list[float] | None) -> l2l.algorithms.BaseLearner:
+    """``steps`` learn2learn steps of the cross-entropy of ``learner(support)`` against the support
+    labels; ``record`` (if given) gets each loss value."""
+    for _ in range(steps):
+        loss = F.cross_entropy(learner(support), episode.support_y)
+        check_finite(loss, episode, "the support loss")
+        if record is not None:
+            record.append(loss.item())
+        learner.adapt(loss)
+    return learner
+
+
 class MAML(InnerLoopMethod):
     """Second-order MAML over every weight of backbone + head, via ``l2l.algorithms.MAML``."""
 
@@ -147,13 +160,7 @@ class MAML(InnerLoopMethod):
     def adapt(self, learner: l2l.algorithms.BaseLearner, episode: Episode, steps: int,
               record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
         """``steps`` gradient steps of the support cross-entropy; ``record`` gets each value."""
-        for _ in range(steps):
-            loss = F.cross_entropy(learner(episode.support_x), episode.support_y)
-            check_finite(loss, episode, "the support loss")
-            if record is not None:
-                record.append(loss.item())
-            learner.adapt(loss)
-        return learner
+        return _adapt(learner, episode.support_x, episode, steps, record)
 
     def meta_loss(self, episode: Episode) -> Tensor:
         learner = self.adapt(self.learner(self.first_order), episode, self.inner_steps())
@@ -212,13 +219,7 @@ class ANIL(InnerLoopMethod):
                    record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
         head = _algorithms().MAML(self.head, lr=self.hparams["inner_lr"],
                                    first_order=first_order).clone()
-        for _ in range(steps):
-            loss = F.cross_entropy(head(support), episode.support_y)
-            check_finite(loss, episode, "the support loss")
-            if record is not None:
-                record.append(loss.item())
-            head.adapt(loss)
-        return head
+        return _adapt(head, support, episode, steps, record)
 
     def meta_loss(self, episode: Episode) -> Tensor:
         head = self.adapt_head(self.features(episode.support_x), episode, False, self.inner_steps())
