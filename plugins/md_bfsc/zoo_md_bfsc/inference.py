@@ -47,6 +47,53 @@ class Likelihood(Protocol):
         ...
 
 
+def _draw_softmax(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``s = softmax(f_s)`` ``[N, C, S]`` for ``f_s = mean + sqrt(var) * draws_s``, in ``draws``'
+    dtype with the draws on the last axis, plus the per-draw ``logsumexp`` parts (total, shift)."""
+    dt = draws.dtype
+    f = torch.addcmul(mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None], draws.T)
+    shift = f.amax(-2, keepdim=True)
+    e = f.sub_(shift).exp_()
+    total = e.sum(-2, keepdim=True)
+    return e.div_(total), total, shift
+
+
+class _DrawMoments(torch.autograd.Function):
+    """:func:`softmax_draw_moments` with a backward that recomputes the ``[N, C, S]`` softmax
+    instead of saving it: autograd would keep five such tensors per call, and in the unrolled
+    meta-training step their allocation churn (fresh pages from the allocator on every step) cost
+    more than the arithmetic (``benchmarks/md_bfsc/cost.py``).
+
+    With ``s`` the per-draw softmax and incoming gradients ``G0 [N]`` (``E[lse]``), ``G1``
+    (``E[s]``), ``G2`` (``E[s^2]``), the chain rule through ``d s_k / d f_c = s_k (delta_kc - s_c)``
+    gives ``dL/df_c = s_c (G0 + G1_c + 2 G2_c s_c - sum_k (G1_k + 2 G2_k s_k) s_k) / S``;
+    then ``dL/dmean = sum_s dL/df`` and ``dL/dsd = sum_s dL/df * draws``.
+    """
+
+    @staticmethod
+    def forward(ctx, mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        s, total, shift = _draw_softmax(mean, var, draws)
+        lse = (total.log_() + shift).mean((-2, -1))
+        ctx.save_for_backward(mean, var, draws)
+        return lse.to(mean.dtype), s.mean(-1).to(mean.dtype), s.square_().mean(-1).to(mean.dtype)
+
+    @staticmethod
+    def backward(ctx, g0: Tensor, g1: Tensor, g2: Tensor) -> tuple[Tensor, Tensor, None]:
+        mean, var, draws = ctx.saved_tensors
+        dt, S = draws.dtype, draws.shape[0]
+        s = _draw_softmax(mean, var, draws)[0]
+        a = (g1.to(dt) / S)[..., None]                       # [N, C, 1]
+        b = (g2.to(dt) * (2 / S))[..., None]
+        inner = a + b * s                                    # G1_c + 2 G2_c s_c (scaled)
+        centred = inner.mul_(s).sum(-2, keepdim=True)        # sum_k (...) s_k
+        grad_f = torch.addcmul((g0.to(dt) / S)[..., None, None] + a, b, s).sub_(centred).mul_(s)
+        sd = var.clamp_min(0).sqrt()
+        grad_mean = grad_f.sum(-1).to(mean.dtype)
+        grad_sd = (grad_f * draws.T).sum(-1).to(mean.dtype)
+        grad_var = torch.where(var > 0, grad_sd / (2 * sd.clamp_min(1e-300)), torch.zeros_like(var))
+        return grad_mean, grad_var, None
+
+
 def softmax_draw_moments(mean: Tensor, var: Tensor, draws: Tensor
                          ) -> tuple[Tensor, Tensor, Tensor]:
     """Draw averages of ``logsumexp(f)`` ``[N]``, ``softmax(f)`` and ``softmax(f)^2`` ``[N, C]``
@@ -56,17 +103,10 @@ def softmax_draw_moments(mean: Tensor, var: Tensor, draws: Tensor
     is far below any estimator error) with the draws on the last axis so that the reductions over
     the few classes and over the draws run on contiguous rows; results come back in ``mean``'s
     dtype. This is the inner loop's whole per-point cost, hence written out by hand (a max-shifted
-    exp, one sum, one division) rather than through ``log_softmax``, which is slow for small C.
+    exp, one sum, one division) rather than through ``log_softmax``, which is slow for small C, and
+    differentiated by :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
     """
-    dt = draws.dtype
-    f = torch.addcmul(mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None],
-                      draws.T)  # [N, C, S]
-    shift = f.detach().amax(-2, keepdim=True)
-    e = (f - shift).exp()
-    total = e.sum(-2, keepdim=True)
-    s = e / total
-    lse = (total.log() + shift).mean((-2, -1))
-    return lse.to(mean.dtype), s.mean(-1).to(mean.dtype), s.pow(2).mean(-1).to(mean.dtype)
+    return _DrawMoments.apply(mean, var, draws)
 
 
 class SoftmaxLikelihood:
