@@ -20,6 +20,7 @@ from zoo.data import load_dataset
 from zoo.data.base import FewShotDataset
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
+from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.config import Cell, parse_dataset
 from zoo.runner.evaluate import check_compatible, evaluate, summarise
 from zoo.runner.storage import Results, environment, link_or_copy
@@ -61,6 +62,7 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
              threads: int = 0, progress: bool = False,
              datasets: DatasetCache | None = None) -> list[Outcome]:
     """Train the shared model of ``cells`` and score every cell not yet done."""
+    retain_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
     if device.startswith("cuda"):

@@ -28,6 +28,7 @@ from typing import Any
 
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
+from zoo.runner.allocator import malloc_setting
 from zoo.runner.config import config_hash
 
 FORMAT = {"format": "zoo-results", "version": 1}
@@ -269,4 +270,4 @@ def device_description(device: str) -> str:
 
 def environment(device: str) -> dict[str, Any]:
     return {"versions": versions(), "git_commit": git_commit(), "device": device_description(device),
-            "platform": platform.platform(), "argv": sys.argv}
+            "platform": platform.platform(), "argv": sys.argv, "malloc": malloc_setting()}

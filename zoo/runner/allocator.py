@@ -1,0 +1,59 @@
+"""Keep freed memory inside the process while cells run on the CPU (glibc's malloc only).
+
+Every training step frees and re-allocates the same large buffers (a Conv4 activation of an
+80-image episode is 16 MB). With glibc's defaults a buffer above the dynamic mmap threshold is
+handed back to the kernel when freed, and the free space at the top of the heap is trimmed, so
+the next step gets fresh zero-filled pages: thousands of page faults per step, and how many
+depends on the allocation order of the method, not on its arithmetic. Raising both thresholds
+keeps those pages in the heap for reuse. ``benchmarks/allocator.py`` measures the effect side by
+side (page faults and time per training step, with and without).
+
+The setting is process-wide, so only the runner applies it (``run_unit``), never an import; it is
+recorded with each result (``env.json`` -> ``malloc``). ``ZOO_MALLOC=default`` leaves glibc alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import platform
+
+log = logging.getLogger(__name__)
+
+# mallopt parameters from glibc's <malloc.h>
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# the largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2): larger buffers are rare
+# and still mapped; a trim threshold this large means the heap is never trimmed while cells run
+MMAP_THRESHOLD = 32 * 2**20
+TRIM_THRESHOLD = 2**31 - 1
+
+_state: str | None = None
+
+
+def retain_freed_memory() -> str:
+    """Apply the setting once per process; returns what is in effect: ``"retain"`` (applied),
+    ``"default"`` (``ZOO_MALLOC=default``) or ``"unsupported"`` (not glibc)."""
+    global _state
+    if _state is not None:
+        return _state
+    if os.environ.get("ZOO_MALLOC", "retain") == "default":
+        _state = "default"
+    elif platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        _state = "unsupported"
+    else:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        ok = (libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(MMAP_THRESHOLD)) == 1
+              and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(TRIM_THRESHOLD)) == 1)
+        _state = "retain" if ok else "unsupported"
+        if not ok:
+            log.warning("glibc refused the malloc thresholds; training runs with its defaults")
+    return _state
+
+
+def malloc_setting() -> str:
+    """What :func:`retain_freed_memory` put in effect in this process (``"default"`` if never
+    called), for the environment record of a result."""
+    return _state or "default"
