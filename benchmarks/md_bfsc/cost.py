@@ -1,7 +1,10 @@
 """Cost of MD-BFSC on this CPU, measured in one run (one thread for every method):
 
 1. a training step (meta_loss + backward + Adam step) against ProtoNet with the same backbone
-   (conv4s) and the same episode (glyphs, 5-way, 15 queries): the ratio should be <= 1.3;
+   (conv4s) and the same episode (glyphs, 5-way, 80 images): the ratio should be <= 1.3. Steps are
+   interleaved and timed in CPU time (the machine is shared), under the runner's malloc setting
+   (``zoo.runner.allocator``: without it the page faults of either method vary from run to run
+   with allocation order; ``benchmarks/allocator.py`` shows both settings);
 2. time per test episode (predict, 50 inner steps) for way in {5, 20, 50} x shot in {1, 5, 20},
    15 queries per class, on random 28x28 images (the cost depends only on the sizes). Each cell is
    first timed with 2 and 6 inner steps (every step costs the same: one batched Cholesky of the
@@ -23,9 +26,11 @@ import torch
 
 from zoo import EpisodeSampler, build_method
 from zoo.data import load_dataset
+from zoo.runner.allocator import retain_freed_memory
 from zoo.testing import toy_episode
 
 torch.set_num_threads(1)
+MALLOC = retain_freed_memory()  # as in the runner
 
 
 def median_time(fn, repeat: int) -> float:
@@ -57,8 +62,8 @@ def main() -> None:
     p.add_argument("--skip-grid", action="store_true")
     args = p.parse_args()
     ds = load_dataset("glyphs")
-    print("training step vs ProtoNet (conv4s, glyphs 5-way, 15 queries; median of "
-          f"{args.repeat}, interleaved)")
+    print("training step vs ProtoNet (conv4s, glyphs 5-way, 80 images; median CPU time of "
+          f"{args.repeat}, interleaved; malloc {MALLOC})")
     for shot in (1, 5):
         ep = EpisodeSampler(ds, "train", 5, shot, 15 if shot == 1 else 11, seed=0)[0]
         steps = {n: train_step(n, ep) for n in ("protonet", "md-bfsc", "gd-bfsc")}
@@ -67,9 +72,9 @@ def main() -> None:
             fn()
         for _ in range(args.repeat):  # interleave so that machine load hits all alike
             for n, fn in steps.items():
-                t = time.perf_counter()
+                t = time.process_time()
                 fn()
-                times[n].append(time.perf_counter() - t)
+                times[n].append(time.process_time() - t)
         med = {n: statistics.median(v) for n, v in times.items()}
         print(f"  5-way {shot}-shot, {ep.query} queries: protonet {med['protonet'] * 1e3:.1f} ms, "
               f"md-bfsc {med['md-bfsc'] * 1e3:.1f} ms ({med['md-bfsc'] / med['protonet']:.2f}x), "
