@@ -12,7 +12,9 @@ Conv4S-sized backbone (their ``Conv4S``, our ``conv4s``), each side at its defau
   kernel, test ``CDKT.correct(x)`` (30 mean-field steps, 10,000 Monte Carlo draws), training step
   ``CDKT.train_loop`` (``--loss ELBO --steps 2 --tau 1``).
 * ``ove`` (ML) <- OVE (jakesnell/ove-polya-gamma-gp): ``L2LinearKernel``, 20 chains, test
-  ``set_forward(x)`` with 50 Gibbs steps, training step ``MetaTemplate.train_loop`` with 1 step.
+  ``set_forward(x)`` with 50 Gibbs steps, training step ``MetaTemplate.train_loop`` with 1 step
+  (their README's commands); row ``ove-joint``: ours with ``sampler=joint``, their algorithm
+  (all of ``f | w`` at once) rather than our default class-blocked sampler.
 
 Our test episode is ``predict`` under ``torch.no_grad()``; our training step is ``zero_grad``,
 ``meta_loss``, ``backward`` and an Adam step on ``param_groups()``. Each repeat draws a new
@@ -248,7 +250,7 @@ def build_ove(features: bool) -> Calls:
 
 
 BUILDERS = {"dkt": build_dkt, "dkt-core": lambda features: build_dkt(features, core=True),
-            "logistic-softmax": build_cdkt, "ove": build_ove}
+            "logistic-softmax": build_cdkt, "ove": build_ove, "ove-joint": build_ove}
 
 
 # -- ours -----------------------------------------------------------------------------------------
@@ -332,8 +334,9 @@ def main() -> None:
     p.add_argument("--ove-deps", default="/tmp/refdeps-ove",
                    help="pip --target folder with pypolyagamma, sacred, pkg_resources")
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--methods", default="dkt,dkt-core,logistic-softmax,ove",
-                   help="dkt-core: DKT's training step without its per-step accuracy evaluation")
+    p.add_argument("--methods", default="dkt,dkt-core,logistic-softmax,ove,ove-joint",
+                   help="dkt-core: DKT's training step without its per-step accuracy evaluation; "
+                        "ove-joint: ours with the authors' joint Gibbs sampler")
     p.add_argument("--skip-features", action="store_true", help="images only")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -343,7 +346,9 @@ def main() -> None:
             Reference("dkt-core", "dkt", {}, args.dkt, [args.deps]),
             Reference("logistic-softmax", "logistic-softmax",
                       {"inference": "mean-field", "loss": "ml"}, args.cdkt, [args.deps]),
-            Reference("ove", "ove", {"loss": "ml"}, args.ove, [args.deps, args.ove_deps])]
+            Reference("ove", "ove", {"loss": "ml"}, args.ove, [args.deps, args.ove_deps]),
+            Reference("ove-joint", "ove", {"loss": "ml", "sampler": "joint"}, args.ove,
+                      [args.deps, args.ove_deps])]
     wanted = set(args.methods.split(","))
     runnable = []
     for ref in refs:
