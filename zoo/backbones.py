@@ -19,16 +19,13 @@ class Backbone(nn.Module):
     feature_dim: int
 
 
-def _probe_dim(body: nn.Module, in_channels: int, image_size: int) -> int:
-    was_training = body.training
-    body.eval()
-    with torch.no_grad():
-        d = body(torch.zeros(1, in_channels, image_size, image_size)).flatten(1).shape[1]
-    body.train(was_training)
-    return d
-
-
 class ConvNet(Backbone):
+    """``depth`` blocks of conv 3x3 (padding 1), BatchNorm, ReLU, 2x2 max-pool; flattened.
+
+    ``feature_shape`` is the ``(channels, height, width)`` of the last block's maps that the
+    flattened features come from, for methods that compare feature maps (Relation Networks).
+    """
+
     def __init__(self, in_channels: int, image_size: int, depth: int = 4, width: int = 64):
         super().__init__()
         layers: list[nn.Module] = []
@@ -36,7 +33,30 @@ class ConvNet(Backbone):
             layers += [nn.Conv2d(in_channels if i == 0 else width, width, 3, padding=1),
                        nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
         self.body = nn.Sequential(*layers, nn.Flatten())
-        self.feature_dim = _probe_dim(self.body, in_channels, image_size)
+        self.in_channels, self.image_size = in_channels, image_size
+        self._probe()
+
+    def _probe(self) -> None:
+        maps = nn.Sequential(*self.body[:-1])
+        was_training = maps.training
+        maps.eval()
+        with torch.no_grad():
+            shape = maps(torch.zeros(1, self.in_channels, self.image_size, self.image_size)).shape
+        maps.train(was_training)
+        self.feature_shape: tuple[int, int, int] = tuple(shape[1:])
+        self.feature_dim = shape[1] * shape[2] * shape[3]
+
+    def unpool_last(self, blocks: int) -> ConvNet:
+        """Drop the max-pool of the last ``blocks`` blocks, in place, so the features keep the
+        spatial maps (Sung et al. 2018's embedding: no pooling in the last two blocks); the
+        weights are untouched. Returns ``self``."""
+        pools = [i for i, m in enumerate(self.body) if isinstance(m, nn.MaxPool2d)]
+        if not 0 <= blocks <= len(pools):
+            raise ValueError(f"blocks must be in 0..{len(pools)}, got {blocks}")
+        for i in pools[len(pools) - blocks:]:
+            self.body[i] = nn.Identity()
+        self._probe()
+        return self
 
     def forward(self, x: Tensor) -> Tensor:
         return self.body(x)

@@ -8,7 +8,8 @@
 - ``matchingnet``: Matching Networks (Vinyals et al., NeurIPS 2016), with the full context
   embeddings (bidirectional LSTM over the support, attention LSTM for the queries) by default.
 - ``relationnet``: Relation Networks (Sung et al., CVPR 2018): a learned relation score between a
-  query and each class's summed support embedding, trained by mean squared error to one-hot.
+  query's feature maps and each class's summed support maps, trained by mean squared error to
+  one-hot.
 
 Pre-training from episodes. The runner only hands methods episodes, so the two pre-trained
 baselines keep a class table: each global class name (``episode.info["classes"]``) gets the next
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 
 import zoo
 from zoo import Episode, Method, Prediction
-from zoo.backbones import Backbone
+from zoo.backbones import Backbone, ConvNet
 from zoo.errors import EpisodeError, HyperParameterError
 from zoo.method import episode_generator
 
@@ -194,27 +195,58 @@ class MatchingNet(Method):
         return Prediction(self.log_probs(episode).exp())
 
 
+def _relation_block(in_channels: int, channels: int) -> nn.Sequential:
+    """Sung et al.'s relation-module block: conv 3x3 (padding 1), BatchNorm, ReLU, 2x2 max-pool."""
+    return nn.Sequential(nn.Conv2d(in_channels, channels, 3, padding=1), nn.BatchNorm2d(channels),
+                         nn.ReLU(inplace=True), nn.MaxPool2d(2))
+
+
 class RelationNet(Method):
-    """Relation Networks: ``r(q, c) = sigmoid(MLP([f(q), sum_{i in c} f(x_i)]))``, trained by
-    MSE to one-hot. The zoo's backbones return vectors, so the relation module is a multi-layer
-    perceptron (hidden ``relation_dim``, then 8 units as in Sung et al.) instead of the paper's
-    two conv blocks over feature maps. Probabilities are the scores normalised over classes."""
+    """Relation Networks: ``r(q, c) = g([f(q), sum_{i in c} f(x_i)])``, trained by mean squared
+    error to one-hot; probabilities are the scores normalised over classes.
+
+    On a ConvNet backbone (``conv4``, ``conv4s``) this is Sung et al.'s architecture: the embedding
+    ``f`` keeps spatial maps (no max-pool in its last ``unpooled_blocks`` = 2 blocks; 64 x 7 x 7 on
+    28 x 28 characters), the K support maps of a class are summed, and ``g`` is two conv blocks of
+    ``relation_dim`` = 64 filters (3x3, BatchNorm, ReLU, 2x2 max-pool) on the channel-concatenated
+    query and class maps, then a fully connected layer of 8 units, ReLU, one output, sigmoid. On a
+    backbone that returns plain vectors ``g`` is a multi-layer perceptron (``relation_dim`` hidden,
+    then 8 units) on the concatenated vectors.
+    """
 
     name = "relationnet"
-    defaults = {"relation_dim": 64}
+    defaults = {"relation_dim": 64, "unpooled_blocks": 2}
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
-        d, h = backbone.feature_dim, self.hparams["relation_dim"]
-        self.relation = nn.Sequential(nn.Linear(2 * d, h), nn.ReLU(), nn.Linear(h, 8), nn.ReLU(),
-                                      nn.Linear(8, 1), nn.Sigmoid())
+        h = self.hparams["relation_dim"]
+        if isinstance(backbone, ConvNet):
+            backbone.unpool_last(self.hparams["unpooled_blocks"])
+            c, height, width = backbone.feature_shape
+            if min(height, width) < 4:
+                raise HyperParameterError(
+                    f"{self.name}: the embedding's maps are {height}x{width}, too small for the "
+                    "relation module's two 2x2 max-pools; raise unpooled_blocks or the image size")
+            self.feature_shape: tuple[int, ...] = (c, height, width)
+            convs = nn.Sequential(_relation_block(2 * c, h), _relation_block(h, h), nn.Flatten())
+            flat = h * (height // 2 // 2) * (width // 2 // 2)
+            self.relation = nn.Sequential(convs, nn.Linear(flat, 8), nn.ReLU(), nn.Linear(8, 1),
+                                          nn.Sigmoid())
+        else:
+            d = backbone.feature_dim
+            self.feature_shape = (d,)
+            self.relation = nn.Sequential(nn.Linear(2 * d, h), nn.ReLU(), nn.Linear(h, 8),
+                                          nn.ReLU(), nn.Linear(8, 1), nn.Sigmoid())
 
     def scores(self, episode: Episode) -> Tensor:
+        """Relation scores ``[Q, way]`` in (0, 1)."""
         s, q = self.features(episode.support_x), self.features(episode.query_x)
-        classes = F.one_hot(episode.support_y, episode.way).to(s.dtype).T @ s  # [way, d]
-        pairs = torch.cat([q[:, None].expand(-1, episode.way, -1),
-                           classes[None].expand(len(q), -1, -1)], -1)
-        return self.relation(pairs).squeeze(-1)
+        classes = F.one_hot(episode.support_y, episode.way).to(s.dtype).T @ s  # summed over shots
+        n, way = len(q), episode.way
+        q, classes = q.view(n, *self.feature_shape), classes.view(way, *self.feature_shape)
+        pairs = torch.cat([q[:, None].expand(-1, way, *self.feature_shape),
+                           classes[None].expand(n, -1, *self.feature_shape)], 2)
+        return self.relation(pairs.flatten(0, 1)).view(n, way)
 
     def meta_loss(self, episode: Episode) -> Tensor:
         target = F.one_hot(episode.query_y, episode.way).to(episode.query_x.dtype)
