@@ -135,6 +135,8 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: FewShotDataset,
         "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],
         "config_hash": cell.hash, "config": cell.config(),
     }
+    if cell.variant:
+        result["variant"] = cell.variant
     link_or_copy(train_dir / "model.pt", folder / "model.pt")
     link_or_copy(train_dir / "training.json", folder / "training.json")
     atomic_write_json(folder / "result.json", result)

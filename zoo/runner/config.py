@@ -13,6 +13,10 @@ A suite is a TOML file (or a dict a plugin registers) with three tables::
     [methods.maml]               # hyper-parameter overrides for one method (--set maml.KEY=VALUE)
     inner_steps = 1
 
+    [[part]]                     # optional: each part overrides [suite] settings for its cells;
+    variant = "steps=5"          #   with a variant label and hyper-parameters it is one row of
+    hparams = {inner_steps = 5}  #   an ablation table ("maml steps=5")
+
     [references.omniglot-small1] # published numbers shown next to ours in the report
     "BPL (Lake et al. 2015)" = 4.3
 
@@ -61,11 +65,18 @@ SETTINGS: dict[str, Any] = {
     "max_bad_steps": 20,
     "requires": [],
     "report_error": False,
+    "variant": "",
+    "hparams": {},
     "entry": "",
 }
 """Suite settings and their defaults. ``checkpoint_every`` and ``max_bad_steps`` steer the run but
 do not change its result, so they are not part of a cell's identity. ``train_shot = 0`` trains a
-model per test shot; a positive value trains one model at that shot and scores it at every shot."""
+model per test shot; a positive value trains one model at that shot and scores it at every shot.
+``hparams`` (usually in a ``[[part]]``) sets hyper-parameters of every method of the part that has
+them, over ``[methods.*]``; ``variant`` labels those cells, so that the report shows them as their
+own row ``"METHOD VARIANT"`` (a one-factor-at-a-time study: one labelled part per value). The
+label is part of a cell's identity but not of its training's: parts that differ only in the label
+share one model."""
 
 DATASET_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9-]*)(?:\[(?P<options>[^\]]*)\])?$")
 LIST_SETTINGS = {"train_datasets", "test_datasets", "ways", "shots", "seeds", "requires"}
@@ -219,18 +230,24 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
     return Suite(suite.name, settings, overrides, suite.references, suite.source, entry, parts)
 
 
-def parse_dataset(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"name"`` or ``"name[key=value,...]"`` (options of the data set's factory)."""
+def parse_spec(spec: str, what: str = "data set") -> tuple[str, dict[str, Any]]:
+    """``"name"`` or ``"name[key=value,...]"``: a registered name and options of its factory
+    (a data set's, or a kernel's such as ``polynomial[order=2]``)."""
     match = DATASET_RE.match(spec)
     if not match:
-        raise SuiteError(f"data set {spec!r}: expected NAME or NAME[KEY=VALUE,...]")
+        raise SuiteError(f"{what} {spec!r}: expected NAME or NAME[KEY=VALUE,...]")
     options = {}
     for item in filter(None, (match["options"] or "").split(",")):
         key, sep, value = item.partition("=")
         if not sep:
-            raise SuiteError(f"data set {spec!r}: option {item!r} is not KEY=VALUE")
+            raise SuiteError(f"{what} {spec!r}: option {item!r} is not KEY=VALUE")
         options[key.strip()] = parse_value(value.strip())
     return match["name"], options
+
+
+def parse_dataset(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name"`` or ``"name[key=value,...]"`` (options of the data set's factory)."""
+    return parse_spec(spec, "data set")
 
 
 def select_methods(suite: Suite, only: Iterable[str] | None = None) -> list[str]:
@@ -275,14 +292,17 @@ class Cell:
     test_episodes: int
     checkpoint_every: int = 50
     max_bad_steps: int = 20
+    variant: str = ""
 
     TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "way", "train_shot",
                   "train_query", "seed", "train_episodes", "val_episodes", "val_every")
 
     def config(self) -> dict[str, Any]:
-        """The resolved configuration that names the cell."""
+        """The resolved configuration that names the cell (``variant`` only when set, so cells
+        without one keep the hashes they had before labels existed)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("checkpoint_every", "max_bad_steps")}
+                if f.name not in ("checkpoint_every", "max_bad_steps")
+                and (f.name != "variant" or self.variant)}
 
     def train_config(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.TRAIN_KEYS}
@@ -300,12 +320,18 @@ class Cell:
         where = (self.dataset if self.dataset == self.train_dataset
                  else f"{self.train_dataset}->{self.dataset}")
         trained = f" (trained {self.train_shot}-shot)" if self.train_shot != self.shot else ""
-        return f"{self.method} {where} {self.way}w{self.shot}s{trained} seed{self.seed}"
+        return (f"{row_name(self.method, self.variant)} {where} {self.way}w{self.shot}s{trained} "
+                f"seed{self.seed}")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **run: Any) -> Cell:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in config.items() if k in names}, **run)
+
+
+def row_name(method: str, variant: str = "") -> str:
+    """The report's row for a method's cells: the method, or ``"METHOD VARIANT"``."""
+    return f"{method} {variant}" if variant else method
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -331,6 +357,11 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str]) -> list
     from zoo.plugins import registry
 
     reg = registry()
+    owned = {m: set(reg.get("methods", m).all_defaults()) for m in methods}
+    unknown = sorted(set(s["hparams"]) - set().union(*owned.values()))
+    if unknown:
+        raise SuiteError(f"suite {suite.name!r}: hparams {unknown} belong to none of the methods "
+                         f"{list(methods)}")
     cells = []
     for train in s["train_datasets"]:
         tests = s["test_datasets"] or [train]
@@ -339,8 +370,10 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str]) -> list
                 for seed in s["seeds"]:
                     for m in methods:
                         cls = reg.get("methods", m)
+                        given = {**suite.method_overrides.get(m, {}),
+                                 **{k: v for k, v in s["hparams"].items() if k in owned[m]}}
                         try:
-                            hparams = resolve_hparams(cls, suite.method_overrides.get(m, {}))
+                            hparams = resolve_hparams(cls, given)
                         except HyperParameterError as exc:
                             raise SuiteError(f"suite {suite.name!r}: {exc}") from None
                         kernel = (s["kernel"] or cls.default_kernel) if cls.uses_kernel else None
@@ -356,7 +389,8 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str]) -> list
                                 val_episodes=int(s["val_episodes"]), val_every=int(s["val_every"]),
                                 test_episodes=int(s["test_episodes"]),
                                 checkpoint_every=int(s["checkpoint_every"]),
-                                max_bad_steps=int(s["max_bad_steps"])))
+                                max_bad_steps=int(s["max_bad_steps"]),
+                                variant=str(s["variant"])))
     return cells
 
 

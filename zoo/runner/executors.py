@@ -25,7 +25,10 @@ OnDone = Callable[[list[Outcome]], None]
 
 
 def threads_per_unit(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
+    """Intra-op threads per unit: the cores this process may run on (its CPU affinity, so that
+    ``taskset -c 0 zoo bench ...`` means one thread), shared among the workers."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, workers))
 
 
 class LocalExecutor:

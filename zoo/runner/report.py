@@ -24,6 +24,7 @@ import numpy as np
 
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.metrics import ece_mce, mean_ci, paired_difference, reliability_bins
+from zoo.runner.config import row_name
 from zoo.runner.storage import Results, read_jsonl
 
 FORMATS = ("md", "csv", "json", "latex")
@@ -38,7 +39,7 @@ def setting_label(s: Setting) -> str:
 
 @dataclass
 class Entry:
-    """One method in one setting, seeds pooled."""
+    """One method (or labelled variant of one, ``"METHOD VARIANT"``) in one setting, seeds pooled."""
 
     method: str
     setting: Setting
@@ -112,7 +113,7 @@ def load_report(root: Path) -> Report:
     done = set()
     for r in results.results():
         s = (r["train_dataset"], r["dataset"], r["way"], r["shot"])
-        e = entry(r["method"], s)
+        e = entry(row_name(r["method"], r.get("variant", "")), s)
         e.results.append(r)
         folder = results.cell_dir(r["config_hash"])
         done.add(r["config_hash"])
@@ -127,7 +128,8 @@ def load_report(root: Path) -> Report:
             continue
         c = json.loads((folder / "config.json").read_text())
         s = (c["train_dataset"], c["dataset"], c["way"], c["shot"])
-        entry(c["method"], s).failed.append((folder / "error.txt").read_text().splitlines()[0])
+        message = (folder / "error.txt").read_text().splitlines()[0]
+        entry(row_name(c["method"], c.get("variant", "")), s).failed.append(message)
     settings = sorted({s for _, s in entries}, key=lambda s: (s[0], s[1] != s[0], s[1], s[2], s[3]))
     methods = sorted({m for m, _ in entries})
     error_settings, references = set(), {}

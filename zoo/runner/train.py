@@ -27,7 +27,7 @@ from zoo.errors import NumericalError, ZooError
 from zoo.io import atomic_save, atomic_write_json, atomic_write_text
 from zoo.method import Method, build_method
 from zoo.metrics import fit_temperature
-from zoo.runner.config import Cell
+from zoo.runner.config import Cell, parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def build_for_cell(cell: Cell, dataset: FewShotDataset, device: str) -> Method:
+    """The cell's method, untrained; ``cell.kernel`` may carry options (``polynomial[order=1]``)."""
+    kernel, kernel_options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
     method = build_method(cell.method, way=cell.way, in_channels=dataset.in_channels,
                           image_size=dataset.image_size, backbone=cell.backbone,
-                          kernel=cell.kernel, seed=cell.seed, **cell.hparams)
+                          kernel=kernel, kernel_options=kernel_options, seed=cell.seed,
+                          **cell.hparams)
     return method.to(device)
 
 
