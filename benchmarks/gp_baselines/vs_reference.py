@@ -15,6 +15,9 @@ Conv4S-sized backbone (their ``Conv4S``, our ``conv4s``), each side at its defau
   ``set_forward(x)`` with 50 Gibbs steps, training step ``MetaTemplate.train_loop`` with 1 step
   (their README's commands); row ``ove-joint``: ours with ``sampler=joint``, their algorithm
   (all of ``f | w`` at once) rather than our default class-blocked sampler.
+* ``logistic-softmax`` (Gibbs, ML) <- the OVE repository's ``LogisticSoftmaxGP`` (the Galy-Fajou
+  sampler as Snell & Zemel ran it): same kernel, chains, steps and calls as OVE (row
+  ``ls-gibbs``).
 
 Our test episode is ``predict`` under ``torch.no_grad()``; our training step is ``zero_grad``,
 ``meta_loss``, ``backward`` and an Adam step on ``param_groups()``. Each repeat draws a new
@@ -220,18 +223,21 @@ def build_cdkt(features: bool) -> Calls:
     return test, train
 
 
-def build_ove(features: bool) -> Calls:
+def build_ove(features: bool, model: str = "ove") -> Calls:
+    """Their ``OVEPolyaGammaGP`` or (``model="ls"``) their ``LogisticSoftmaxGP``, the Gibbs
+    logistic-softmax baseline of the same repository."""
     import backbone
     import pypolyagamma
     from gpytorch.utils.quadrature import GaussHermiteQuadrature1D
-    from methods import ove_polya_gamma_gp as ove
+    from methods import logistic_softmax_gp, ove_polya_gamma_gp
     from methods.meta_template import MetaTemplate
 
-    m = ove.OVEPolyaGammaGP.__new__(ove.OVEPolyaGammaGP)  # __init__ reads a sacred config
+    cls = ove_polya_gamma_gp.OVEPolyaGammaGP if model == "ove" else logistic_softmax_gp.LogisticSoftmaxGP
+    m = cls.__new__(cls)  # __init__ reads a sacred config; set what it sets
     MetaTemplate.__init__(m, backbone.Conv4S, WAY, SHOT)
-    m.kernel = ove.L2LinearKernel(num_classes=WAY, learn_params=True)  # README's CUB command
+    m.kernel = ove_polya_gamma_gp.L2LinearKernel(num_classes=WAY, learn_params=True)  # README's
     m.noise, m.ppg, m.num_draws, m.fast_inference = 0.0, pypolyagamma.PyPolyaGamma(), 20, False
-    m.quad, m.loss_fn = GaussHermiteQuadrature1D(), nn.CrossEntropyLoss()
+    m.quad, m.loss_fn, m.eps = GaussHermiteQuadrature1D(), nn.CrossEntropyLoss(), 1e-6
     if features:
         m.feature = nn.Flatten()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
@@ -250,7 +256,8 @@ def build_ove(features: bool) -> Calls:
 
 
 BUILDERS = {"dkt": build_dkt, "dkt-core": lambda features: build_dkt(features, core=True),
-            "logistic-softmax": build_cdkt, "ove": build_ove, "ove-joint": build_ove}
+            "logistic-softmax": build_cdkt, "ove": build_ove, "ove-joint": build_ove,
+            "ls-gibbs": lambda features: build_ove(features, model="ls")}
 
 
 # -- ours -----------------------------------------------------------------------------------------
@@ -334,9 +341,10 @@ def main() -> None:
     p.add_argument("--ove-deps", default="/tmp/refdeps-ove",
                    help="pip --target folder with pypolyagamma, sacred, pkg_resources")
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--methods", default="dkt,dkt-core,logistic-softmax,ove,ove-joint",
+    p.add_argument("--methods", default="dkt,dkt-core,logistic-softmax,ove,ove-joint,ls-gibbs",
                    help="dkt-core: DKT's training step without its per-step accuracy evaluation; "
-                        "ove-joint: ours with the authors' joint Gibbs sampler")
+                        "ove-joint: ours with the authors' joint Gibbs sampler; ls-gibbs: "
+                        "logistic-softmax with Gibbs vs the OVE repository's LogisticSoftmaxGP")
     p.add_argument("--skip-features", action="store_true", help="images only")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -348,6 +356,8 @@ def main() -> None:
                       {"inference": "mean-field", "loss": "ml"}, args.cdkt, [args.deps]),
             Reference("ove", "ove", {"loss": "ml"}, args.ove, [args.deps, args.ove_deps]),
             Reference("ove-joint", "ove", {"loss": "ml", "sampler": "joint"}, args.ove,
+                      [args.deps, args.ove_deps]),
+            Reference("ls-gibbs", "logistic-softmax", {"inference": "gibbs", "loss": "ml"}, args.ove,
                       [args.deps, args.ove_deps])]
     wanted = set(args.methods.split(","))
     runnable = []
