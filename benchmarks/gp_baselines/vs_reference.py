@@ -57,7 +57,7 @@ Setup (the references and their dependencies stay outside our venv)::
     .venv/bin/pip install --target /tmp/refdeps-ove sacred==0.8.7
     .venv/bin/python benchmarks/gp_baselines/vs_reference.py
 
-A reference whose checkout or dependencies are missing is skipped with this recipe named.
+A reference whose checkout or dependencies are missing is skipped, and this recipe printed.
 """
 
 from __future__ import annotations
@@ -87,11 +87,12 @@ SETUP = __doc__[__doc__.index("Setup (") :]
 
 @dataclass
 class Reference:
-    """One authors' implementation: where it lives and how to build its test and train calls."""
+    """One row: a ``BUILDERS`` key for the authors' side, our method and hyper-parameters, the
+    authors' checkout and the ``pip --target`` folders it imports from."""
 
     name: str
     ours: str
-    hparams: dict
+    hparams: dict[str, Any]
     checkout: str
     deps: list[str]
 
@@ -122,7 +123,7 @@ def on_path(ref: Reference) -> Iterator[None]:
     packages win); afterwards forget the checkout's modules, whose names (``methods``,
     ``backbone``, ``configs``) the three repositories share."""
     sys.path.insert(0, ref.checkout)
-    sys.path.extend(ref.deps)
+    sys.path.extend(d for d in ref.deps if d not in sys.path)
     try:
         yield
     finally:
