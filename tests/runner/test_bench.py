@@ -230,3 +230,11 @@ def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
                                                                                  {"steps": 5}]
     with pytest.raises(Exception, match="steps"):
         run_suite(suite, out=out, device="cpu", sets=["stepz=5"], progress=False)
+
+
+def test_table_cell_gives_raw_and_calibrated_ece():
+    from zoo.runner.report import _cell_text
+
+    row = {"accuracy": 0.8, "ci95": 0.02, "ece": 0.5, "ece_calibrated": 0.03, "status": "done"}
+    assert _cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
+    assert _cell_text(row, error=True) == "20.0 ± 2.0% err"

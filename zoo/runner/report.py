@@ -160,7 +160,8 @@ def _cell_text(row: dict[str, Any] | None, error: bool, latex: bool = False) -> 
     value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
     ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
     text = f"{value:.1f}{ci}"
-    text += f" (ECE {100 * row['ece']:.1f}{pct})" if not error else f"{pct} err"
+    ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
+    text += ece if not error else f"{pct} err"
     return text + (" (some seeds FAILED)" if row["status"] == "partly failed" else "")
 
 
@@ -182,8 +183,9 @@ def markdown(report: Report) -> str:
     header, body = table(report)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in body]
-    note = ("\nAccuracy in % +- 95% CI over test episodes (seeds pooled), raw ECE in parentheses; "
-            "'err' settings give the error in %. Fractions and calibrated ECE: table.csv.\n")
+    note = ("\nAccuracy in % +- 95% CI over test episodes (seeds pooled); in parentheses ECE of the "
+            "method's own probabilities / after the temperature fitted on validation episodes. "
+            "'err' settings give the error in %. Fractions, MCE and NLL: table.csv.\n")
     return "\n".join(lines) + "\n" + note
 
 
