@@ -12,11 +12,12 @@
   draws from ``q``. The KL term of both ELBOs is scaled by ``kl_weight`` (``pyro.poutine.scale``
   on the weight sites; 1 is the exact ELBO). At 1 it swamps the likelihood: a MAML-sized inner
   step (``inner_lr`` 0.4) moves the mean by many prior standard deviations (0.01) in each of
-  the ~10^5 weights of Conv4S, so KL / N is ~8,000 nats per example against a likelihood of ~2,
-  and the meta-gradient only shrinks the adaptation: training stays at chance. The default,
-  1e-4, was measured on glyphs (5-way 1-shot, 60 episodes, 20 test episodes: 26% at 1, 29% at
-  1e-2, 49% at 1e-3, 57% at 1e-4). The re-implementation in cnguyen10/few_shot_meta_learning
-  down-weights it too (``KL_weight``, 1e-6 by default).
+  the ~10^5 weights of Conv4S, so at initialisation (glyphs, 5-way 1-shot) KL / N is ~8,000 nats
+  per example against a likelihood of ~4, and the meta-gradient only shrinks the adaptation:
+  training stays at chance. The default, 1e-4, was measured on glyphs (5-way 1-shot, 60
+  episodes, 20 test episodes: 26% at 1, 29% at 1e-2, 49% at 1e-3, 57% at 1e-4). The
+  re-implementation in cnguyen10/few_shot_meta_learning down-weights it too (``KL_weight``, 1e-6
+  by default).
 - ``bmaml``: Bayesian MAML (Yoon et al., NeurIPS 2018), the non-Chaser variant. ``num_particles``
   meta-learned parameter particles, each moved by ``inner_steps`` Stein variational gradient
   descent steps (Liu & Wang 2016) on the support posterior ``p(D | w) p(w)`` (Gaussian prior of
