@@ -64,6 +64,16 @@ def test_temperature_fit_recovers_the_generating_temperature():
     assert torch.allclose(p.sum(-1), torch.ones(len(p), dtype=p.dtype), atol=1e-6)
 
 
+def test_temperature_fit_sharpens_a_nearly_uniform_but_accurate_predictive():
+    """A GP predictive can sit near 1/C and still rank well: its calibrating T is far below 1
+    (here 0.02, outside the old (0.05, 20) bounds, which capped it silently)."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(20_000, 5, generator=g) * 3
+    y = torch.multinomial(torch.softmax(logits, -1), 1, generator=g)[:, 0]
+    flat = torch.log_softmax(0.02 * logits, -1)   # probabilities within a few % of 1/5
+    assert metrics.fit_temperature(flat, y) == pytest.approx(0.02, rel=0.05)
+
+
 def test_episode_record():
     r = metrics.episode_record(torch.tensor([[0.9, 0.1], [0.3, 0.7]]), torch.tensor([0, 0]))
     assert r["accuracy"] == 0.5 and r["correct"] == [1, 0]

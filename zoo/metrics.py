@@ -10,6 +10,7 @@ Conventions (fractions, not percent):
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
+
+log = logging.getLogger(__name__)
 
 Z95 = 1.959963984540054
 N_BINS = 15
@@ -81,9 +84,11 @@ def brier(probs: Tensor, y: Tensor) -> float:
     return float((probs - onehot).pow(2).sum(1).mean())
 
 
-def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = (0.05, 20.0)) -> float:
+def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = (1e-4, 1e4)) -> float:
     """The temperature ``T`` minimising the NLL of ``softmax(log_probs / T)`` (fit on validation
-    episodes only). A 1-d convex problem in ``log T``: golden-section search, no tuning."""
+    episodes only). A 1-d convex problem in ``1 / T``, hence unimodal in ``log T``: golden-section
+    search, no tuning. The bounds are wide on purpose: a GP predictive can be nearly uniform and
+    still accurate (its calibrating ``T`` is then far below 1); an optimum at a bound is logged."""
     log_probs, y = log_probs.double(), y.long()
 
     def loss(log_t: float) -> float:
@@ -93,7 +98,7 @@ def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = 
     ratio = (math.sqrt(5) - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
     fa, fb = loss(a), loss(b)
-    for _ in range(60):
+    for _ in range(80):
         if fa < fb:
             hi, b, fb = b, a, fa
             a = hi - ratio * (hi - lo)
@@ -102,7 +107,10 @@ def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = 
             lo, a, fa = a, b, fb
             b = lo + ratio * (hi - lo)
             fb = loss(b)
-    return math.exp((lo + hi) / 2)
+    t = math.exp((lo + hi) / 2)
+    if not bounds[0] * 1.01 < t < bounds[1] / 1.01:
+        log.warning("temperature fit stopped at its bound T = %.3g (bounds %s)", t, bounds)
+    return t
 
 
 def apply_temperature(probs: Tensor, temperature: float, eps: float = 1e-12) -> Tensor:
