@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.zoo-installed
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 OUT    ?= results/bench-$(shell date +%Y%m%d-%H%M%S)
+WORKERS ?= 2
 
 .PHONY: venv test bench lint constraints clean
 
@@ -27,7 +28,7 @@ test: $(STAMP)
 	ZOO_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/zoo bench quick --out $(OUT)
+	$(BIN)/zoo bench quick --workers $(WORKERS) --out $(OUT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -269,5 +269,11 @@ def device_description(device: str) -> str:
 
 
 def environment(device: str) -> dict[str, Any]:
+    """What a result depends on besides its config. ``threads`` is there because the intra-op
+    thread count changes the order of floating-point reductions, so the same cell trained with 1
+    and with 2 threads can end at different numbers (``zoo bench --workers`` sets it)."""
+    import torch
+
     return {"versions": versions(), "git_commit": git_commit(), "device": device_description(device),
-            "platform": platform.platform(), "argv": sys.argv, "malloc": malloc_setting()}
+            "platform": platform.platform(), "argv": sys.argv, "malloc": malloc_setting(),
+            "threads": torch.get_num_threads()}
