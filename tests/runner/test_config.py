@@ -14,7 +14,7 @@ from zoo.runner.config import (
     config_hash,
     expand_cells,
     load_suite,
-    parse_dataset,
+    parse_spec,
     parse_value,
     suite_from_dict,
     suite_names,
@@ -98,11 +98,11 @@ def test_builtin_suites_load_and_expand():
 def test_values_and_dataset_specs():
     assert parse_value("3") == 3 and parse_value("0.5") == 0.5 and parse_value("true") is True
     assert parse_value("[1, 5]") == [1, 5] and parse_value("rbf") == "rbf"
-    assert parse_dataset("glyphs") == ("glyphs", {})
-    assert parse_dataset("omniglot-minimal[background=small2]") == (
+    assert parse_spec("glyphs") == ("glyphs", {})
+    assert parse_spec("omniglot-minimal[background=small2]") == (
         "omniglot-minimal", {"background": "small2"})
     with pytest.raises(SuiteError):
-        parse_dataset("Bad Name")
+        parse_spec("Bad Name")
 
 
 def test_train_shot_trains_one_model_for_every_test_shot():

@@ -26,7 +26,7 @@ from zoo.runner.config import (
     apply_overrides,
     expand_cells,
     load_suite,
-    parse_dataset,
+    parse_spec,
     select_methods,
 )
 from zoo.runner.executors import LocalExecutor, RayExecutor
@@ -88,7 +88,7 @@ def check_requirements(suite: Suite, device: str, data_dir: str | None,
     names = dict.fromkeys(n for s in parts for n in [*s["train_datasets"], *s["test_datasets"]])
     known = registry().names("datasets")
     for name in names:
-        base, _ = parse_dataset(name)
+        base, _ = parse_spec(name)
         if base not in known:
             missing.append(f"data set {base!r} is not registered (install the plugin that "
                            f"provides it); registered: {', '.join(known)}")

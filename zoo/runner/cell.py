@@ -21,7 +21,7 @@ from zoo.data.base import FewShotDataset
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.allocator import retain_freed_memory
-from zoo.runner.config import Cell, parse_dataset
+from zoo.runner.config import Cell, parse_spec
 from zoo.runner.evaluate import check_compatible, evaluate, summarise
 from zoo.runner.storage import Results, environment, link_or_copy
 from zoo.runner.train import seed_everything, train_model
@@ -48,7 +48,7 @@ class DatasetCache:
 
     def get(self, name: str, download: bool = True) -> FewShotDataset:
         if name not in self._loaded:
-            base, options = parse_dataset(name)
+            base, options = parse_spec(name)
             try:
                 dataset = load_dataset(base, data_dir=self.data_dir, download=download, **options)
             except TypeError as exc:

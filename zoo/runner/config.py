@@ -245,11 +245,6 @@ def parse_spec(spec: str, what: str = "data set") -> tuple[str, dict[str, Any]]:
     return match["name"], options
 
 
-def parse_dataset(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"name"`` or ``"name[key=value,...]"`` (options of the data set's factory)."""
-    return parse_spec(spec, "data set")
-
-
 def select_methods(suite: Suite, only: Iterable[str] | None = None) -> list[str]:
     """The suite's methods (``"*"``: every registered classification method), filtered by ``only``."""
     from zoo.plugins import registry
