@@ -151,7 +151,7 @@ THIRD_PARTY = {
 
         class NearestMean(zoo.Method):
             name = "nearest-mean"
-            defaults = {"scale": 10.0}
+            hyperparameters = {"scale": 10.0}
 
             def logits(self, episode):
                 s, q = self.features(episode.support_x), self.features(episode.query_x)

@@ -75,12 +75,16 @@ def datasets_cmd(args: argparse.Namespace) -> int:
 
 @command("methods", _datasets_args)
 def methods_cmd(args: argparse.Namespace) -> int:
-    """List registered methods with their tasks and default hyper-parameters."""
+    """List registered methods with their tasks and default hyper-parameters (with --json, each
+    hyper-parameter's declaration: type, allowed values, doc)."""
     from zoo.plugins import registry
 
     reg = registry()
     rows = [{"name": n, "plugin": reg.owner("methods", n), "tasks": sorted(cls.tasks),
              "defaults": cls.all_defaults()} for n, cls in sorted(reg.items("methods").items())]
+    if args.json:
+        for row in rows:
+            row["hparams"] = reg.get("methods", row["name"]).describe_hparams()
     return print_rows(rows, args.json)
 
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from zoo.episode import Episode
 
 
 class ZooError(Exception):
@@ -43,3 +49,12 @@ class PluginError(ZooError):
 
 class HyperParameterError(ZooError, ValueError):
     """An unknown hyper-parameter or one of the wrong type."""
+
+
+def check_finite(x: Tensor, what: str, episode: Episode,
+                 remedy: str = "lower the learning rate or check the input images") -> Tensor:
+    """``x`` itself if every value is finite, else a :class:`NumericalError` that names ``what``,
+    the episode and the ``remedy``."""
+    if not bool(x.isfinite().all()):
+        raise NumericalError(f"non-finite {what} in episode {episode.id}; {remedy}")
+    return x

@@ -16,8 +16,9 @@ import torch
 from torch import Tensor
 
 from zoo.episode import Episode
-from zoo.errors import NumericalError
+from zoo.errors import check_finite
 from zoo.gp import DTYPE, SitePosterior
+from zoo.hparams import HParam
 from zoo.method import Method
 
 
@@ -31,19 +32,12 @@ class KernelMatrices:
     kqq: Tensor
 
 
-def check_finite(x: Tensor, what: str, episode: Episode) -> Tensor:
-    if not torch.isfinite(x).all():
-        raise NumericalError(f"non-finite {what} in episode {episode.id}; lower the learning "
-                             "rate or check the input images")
-    return x
-
-
 class GPMethod(Method):
     """Base of the GP classifiers: one latent GP per class over deep-kernel features."""
 
     uses_kernel: ClassVar[bool] = True
     default_kernel: ClassVar[str | None] = "rbf"
-    defaults: ClassVar[dict[str, Any]] = {"kernel_lr": 1e-4}
+    hyperparameters = {"kernel_lr": HParam(1e-4, gt=0, doc="Adam learning rate of the kernel")}
 
     def kernel_matrices(self, episode: Episode, with_query: bool = True) -> KernelMatrices:
         """Features of support and query from one backbone pass (one set of batch statistics),

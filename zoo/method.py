@@ -20,6 +20,7 @@ from zoo.backbones import Backbone
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
 from zoo.gp import JitterPolicy
+from zoo.hparams import HParam, merge_hparams
 from zoo.kernels import Kernel
 
 
@@ -32,25 +33,29 @@ class Prediction:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-BASE_DEFAULTS: dict[str, Any] = {"lr": 1e-3, "per_class_kernel": False}
-
-
 class Method(nn.Module):
     """Base class of every few-shot method in the zoo.
 
     Class attributes:
         name: the registered name (lowercase, hyphens).
         tasks: the task kinds supported, ``{"classification"}`` and/or ``{"regression"}``.
-        defaults: hyper-parameters and their defaults (merged along the class hierarchy); the
-            runner's ``--set`` may override exactly these.
-        capabilities: flags such as ``"inner-objective"`` (predict reports per-step values).
+        hyperparameters: name -> :class:`~zoo.hparams.HParam` (default, type, choices, range,
+            doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
+            these, and :func:`resolve_hparams` validates them once.
         uses_kernel / default_kernel / default_backbone: what :func:`build_method` constructs.
+
+    ``per_class_kernel`` only matters to methods that use a kernel; it is declared here, not on
+    :class:`~zoo.gpmethod.GPMethod`, because every method's resolved hyper-parameters name its
+    results (the cell hash), and they have always included it.
     """
 
     name: ClassVar[str]
     tasks: ClassVar[frozenset[str]] = frozenset({"classification"})
-    defaults: ClassVar[Mapping[str, Any]] = {}
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
+        "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the meta-parameters"),
+        "per_class_kernel": HParam(False, doc="one set of kernel hyper-parameters per class "
+                                   "(build_method; methods that use a kernel only)"),
+    }
     uses_kernel: ClassVar[bool] = False
     default_kernel: ClassVar[str | None] = None
     default_backbone: ClassVar[str] = "conv4s"
@@ -62,11 +67,24 @@ class Method(nn.Module):
         self.jitter = JitterPolicy()
 
     @classmethod
+    def all_hparams(cls) -> dict[str, HParam]:
+        """Every hyper-parameter's declaration, merged along the class hierarchy."""
+        return merge_hparams(list(reversed(cls.__mro__)))
+
+    @classmethod
     def all_defaults(cls) -> dict[str, Any]:
-        merged = dict(BASE_DEFAULTS)
-        for klass in reversed(cls.__mro__):
-            merged.update(vars(klass).get("defaults", {}))
-        return merged
+        return {k: h.default for k, h in cls.all_hparams().items()}
+
+    @classmethod
+    def describe_hparams(cls) -> dict[str, dict[str, Any]]:
+        """The declarations as plain data, for ``zoo methods --json``."""
+        return {k: h.to_json() for k, h in cls.all_hparams().items()}
+
+    @property
+    def meta_batch(self) -> int:
+        """Episodes whose losses the trainer averages per optimizer step: the ``meta_batch``
+        hyper-parameter where a method declares one (the inner-loop family does), else 1."""
+        return int(self.hparams.get("meta_batch", 1))
 
     @abstractmethod
     def meta_loss(self, episode: Episode) -> Tensor:
@@ -89,30 +107,16 @@ class Method(nn.Module):
         return self.backbone(x)
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    if default is None or value is None or not isinstance(value, str):
-        return value
-    try:
-        if isinstance(default, bool):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        return type(default)(value)
-    except ValueError:
-        raise HyperParameterError(f"hyper-parameter {key}={value!r} must be of type "
-                                  f"{type(default).__name__} like its default {default!r}") from None
-
-
 def resolve_hparams(cls: type[Method], given: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults overridden by ``given``; unknown keys are an error listing the known ones."""
-    defaults = cls.all_defaults()
-    unknown = sorted(set(given) - set(defaults))
+    """Defaults overridden by ``given``, each value checked against its declaration; unknown keys
+    are an error listing the known ones."""
+    declared = cls.all_hparams()
+    unknown = sorted(set(given) - set(declared))
     if unknown:
-        raise HyperParameterError(f"method {cls.name!r} has no hyper-parameter(s) {unknown}; "
-                                  f"known: {sorted(defaults)}")
-    return {k: _coerce(k, given[k], d) if k in given else d for k, d in defaults.items()}
+        raise HyperParameterError(f"method {cls.name!r}: no hyper-parameter(s) {unknown}; "
+                                  f"known: {sorted(declared)}; check the spelling")
+    return {k: h.check(given[k], method=cls.name, key=k) if k in given else h.default
+            for k, h in declared.items()}
 
 
 def build_method(name: str, *, way: int, in_channels: int, image_size: int,
@@ -128,7 +132,7 @@ def build_method(name: str, *, way: int, in_channels: int, image_size: int,
 
     reg = registry()
     cls = reg.get("methods", name)
-    resolve_hparams(cls, hparams)  # fail early, before building anything
+    resolved = resolve_hparams(cls, hparams)  # fail early, before building anything
     backbone_name = backbone or cls.default_backbone
     factory = reg.get("backbones", backbone_name)
     with torch.random.fork_rng(devices=[]):
@@ -138,7 +142,7 @@ def build_method(name: str, *, way: int, in_channels: int, image_size: int,
         k = None
         if cls.uses_kernel:
             kernel_cls = reg.get("kernels", kernel or cls.default_kernel)
-            per_class = _coerce("per_class_kernel", hparams.get("per_class_kernel", False), False)
+            per_class = resolved["per_class_kernel"]
             k = kernel_cls(net.feature_dim, (way,) if per_class else (), **(kernel_options or {}))
         elif kernel is not None:
             raise HyperParameterError(f"method {name!r} does not use a kernel; drop --kernel")

@@ -33,7 +33,7 @@ from zoo.kernels import RBFKernel
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")
-TRAIN, TEST = MDBFSC.defaults["samples_train"], MDBFSC.defaults["samples_test"]
+TRAIN, TEST = MDBFSC.all_defaults()["samples_train"], MDBFSC.all_defaults()["samples_test"]
 
 
 def load_reference(path: str, deps: str):

@@ -25,9 +25,10 @@
   predictive, differentiated through the SVGD steps; the prediction averages over particles.
 
 Steps are taken on per-example objectives (the log posterior divided by the support size), so
-``inner_lr`` means what it means for MAML; defaults follow MAML's published protocol table
-(``zoo_maml.PUBLISHED``), except that ABML takes one inner step, in training and at test: starting
-from the prior the KL's gradient is zero, so the first step is stable for any prior, whereas later
+``inner_lr`` means what it means for MAML; both are inner-loop methods of the core
+(:mod:`zoo.families.inner_loop`), whose defaults follow MAML's published protocol table, except
+that ABML takes one inner step, in training and at test: starting from the prior the KL's
+gradient is zero, so the first step is stable for any prior, whereas later
 plain gradient steps on the KL need ``inner_lr * kl_weight < 2 * N * sigma^2`` (N support
 examples); and a second and third step at test (MAML's Omniglot protocol) measured worse on
 glyphs (46% against 57% with one).
@@ -52,18 +53,14 @@ import torch.nn.functional as F
 from pyro.infer import TraceMeanField_ELBO
 from torch import Tensor, nn
 from torch.func import functional_call
-from zoo_maml import PUBLISHED, InnerLoopMethod, check_finite
 
 import zoo
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
-from zoo.errors import HyperParameterError
+from zoo.errors import check_finite
+from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
+from zoo.hparams import HParam
 from zoo.method import episode_generator
-
-
-def _one_step_table(steps: int) -> dict:
-    return {p: {w: {**s, "inner_steps": steps, "test_inner_steps": steps} for w, s in t.items()}
-            for p, t in PUBLISHED.items()}
 
 
 class WeightSpaceMethod(InnerLoopMethod):
@@ -87,15 +84,19 @@ class ABML(WeightSpaceMethod):
     """Amortized Bayesian Meta-Learning (see the module docstring)."""
 
     name = "abml"
-    defaults = {"prior_init_std": 0.01, "kl_weight": 1e-4, "train_samples": 1, "test_samples": 10,
-                "hyperprior_a": 1.0, "hyperprior_b": 0.01, "hyperprior_weight": 1e-3}
-    published = _one_step_table(1)
+    hyperparameters = {
+        "prior_init_std": HParam(0.01, gt=0, doc="initial prior standard deviation of every weight"),
+        "kl_weight": HParam(1e-4, gt=0, doc="weight of the KL term of both ELBOs (1: exact)"),
+        "train_samples": HParam(1, ge=1, doc="posterior draws per ELBO in meta-training"),
+        "test_samples": HParam(10, ge=1, doc="posterior draws averaged in the prediction"),
+        "hyperprior_a": HParam(1.0, gt=0, doc="Gamma shape of the prior precision's hyperprior"),
+        "hyperprior_b": HParam(0.01, gt=0, doc="Gamma rate of the prior precision's hyperprior"),
+        "hyperprior_weight": HParam(1e-3, ge=0, doc="weight of the hyperprior term"),
+    }
+    published = published_with_steps(1)
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
-        if not self.hparams["kl_weight"] > 0:
-            raise HyperParameterError(f"{self.name}: kl_weight must be positive (1 is the exact "
-                                      f"ELBO), got {self.hparams['kl_weight']}")
         log_std = math.log(self.hparams["prior_init_std"])
         self.prior_log_std = nn.ParameterList(
             [nn.Parameter(torch.full_like(p, log_std)) for p in self.network().parameters()])
@@ -134,7 +135,7 @@ class ABML(WeightSpaceMethod):
         for _ in range(steps):
             loss = self.negative_elbo(episode.support_x, episode.support_y, loc,
                                       [s.exp() for s in log_scale], samples) / n
-            check_finite(loss, episode, "the support -ELBO")
+            check_finite(loss, "support -ELBO", episode, DIVERGED)
             if record is not None:
                 record.append(loss.item())
             grads = torch.autograd.grad(loss, loc + log_scale, create_graph=create_graph)
@@ -206,7 +207,10 @@ class BMAML(WeightSpaceMethod):
     """Bayesian MAML with SVGD in the inner loop (see the module docstring)."""
 
     name = "bmaml"
-    defaults = {"num_particles": 5, "prior_std": 10.0}
+    hyperparameters = {
+        "num_particles": HParam(5, ge=1, doc="SVGD particles (parameter vectors)"),
+        "prior_std": HParam(10.0, gt=0, doc="scale of the Gaussian prior on the weights"),
+    }
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
@@ -248,7 +252,7 @@ class BMAML(WeightSpaceMethod):
             logits = self.particle_logits(theta, episode.support_x)
             nll = F.cross_entropy(logits.flatten(0, 1), episode.support_y.repeat(len(theta)),
                                   reduction="sum")
-            check_finite(nll, episode, "the support negative log-likelihood")
+            check_finite(nll, "support negative log-likelihood", episode, DIVERGED)
             if record is not None:
                 record.append(nll.item() / (n * len(theta)))
             log_post = -nll + prior.log_prob(theta).sum()

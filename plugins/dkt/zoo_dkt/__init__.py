@@ -21,9 +21,9 @@ from torch import Tensor, nn
 
 import zoo
 from zoo import Episode, Prediction
-from zoo.errors import HyperParameterError
 from zoo.gp import DTYPE, expected_softmax, gaussian_log_marginal, standard_normal_draws
 from zoo.gpmethod import GPMethod, check_finite
+from zoo.hparams import HParam
 
 
 class DKT(GPMethod):
@@ -31,12 +31,14 @@ class DKT(GPMethod):
 
     name = "dkt"
     default_kernel: ClassVar[str | None] = "bncosine"
-    defaults: ClassVar[dict[str, Any]] = {"noise": 0.1, "learn_noise": False, "prob_samples": 512}
+    hyperparameters = {
+        "noise": HParam(0.1, gt=0, doc="Gaussian observation noise variance (initial if learnt)"),
+        "learn_noise": HParam(False, doc="meta-learn the noise variance"),
+        "prob_samples": HParam(512, ge=1, doc="draws per query for the class probabilities"),
+    }
 
     def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
         super().__init__(backbone, way=way, kernel=kernel, **hparams)
-        if self.hparams["noise"] <= 0:
-            raise HyperParameterError("dkt: noise must be positive (a variance)")
         raw = torch.tensor(math.log(math.expm1(self.hparams["noise"])))
         self.raw_noise = nn.Parameter(raw, requires_grad=self.hparams["learn_noise"])
         self.mean = nn.Parameter(torch.zeros(()))

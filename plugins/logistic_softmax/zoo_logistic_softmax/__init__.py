@@ -33,9 +33,9 @@ from torch import Tensor
 
 import zoo
 from zoo import Episode, Prediction
-from zoo.errors import HyperParameterError
 from zoo.gp import DTYPE, SitePosterior, prior_draws, standard_normal_draws
 from zoo.gpmethod import GPMethod, check_finite
+from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, polyagamma_mean, sample_polyagamma
 
@@ -64,22 +64,22 @@ class LogisticSoftmax(GPMethod):
 
     name = "logistic-softmax"
     default_kernel: ClassVar[str | None] = "cosine"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"inner-objective"})
-    defaults: ClassVar[dict[str, Any]] = {
-        "inference": "mean-field", "loss": "ml", "tau": 1.0, "mf_train_steps": 2,
-        "mf_test_steps": 30, "gibbs_train_steps": 1, "gibbs_test_steps": 50, "chains": 20,
-        "prob_samples": 512, "pg_sampler": "auto"}
+    hyperparameters = {
+        "inference": HParam("mean-field", choices=("mean-field", "gibbs"), doc="posterior inference"),
+        "loss": HParam("ml", choices=("ml", "pl"), doc="marginal (ml) or predictive (pl) likelihood"),
+        "tau": HParam(1.0, gt=0, doc="temperature of the logistic-softmax link"),
+        "mf_train_steps": HParam(2, ge=0, doc="mean-field steps in meta-training"),
+        "mf_test_steps": HParam(30, ge=0, doc="mean-field steps at test"),
+        "gibbs_train_steps": HParam(1, ge=0, doc="Gibbs steps in meta-training"),
+        "gibbs_test_steps": HParam(50, ge=0, doc="Gibbs steps at test"),
+        "chains": HParam(20, ge=1, doc="parallel Gibbs chains"),
+        "prob_samples": HParam(512, ge=1, doc="draws per query for the class probabilities"),
+        "pg_sampler": HParam("auto", choices=("auto", "numpy", "torch"),
+                             doc="Polya-Gamma sampler (zoo.polyagamma)"),
+    }
 
     def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
         super().__init__(backbone, way=way, kernel=kernel, **hparams)
-        h = self.hparams
-        if h["inference"] not in ("mean-field", "gibbs"):
-            raise HyperParameterError("logistic-softmax: inference must be 'mean-field' or "
-                                      f"'gibbs', got {h['inference']!r}")
-        if h["loss"] not in ("ml", "pl"):
-            raise HyperParameterError(f"logistic-softmax: loss must be 'ml' or 'pl', got {h['loss']!r}")
-        if h["tau"] <= 0:
-            raise HyperParameterError("logistic-softmax: tau must be positive")
 
     def steps(self, training: bool) -> int:
         kind = "mf" if self.hparams["inference"] == "mean-field" else "gibbs"

@@ -11,20 +11,12 @@ Every method puts a linear head of ``way`` outputs on the host's backbone and no
 norm with batch statistics (:func:`zoo.backbones.use_batch_statistics`), as the MAML papers do.
 At test the inner loop runs first-order (the meta-gradient is not needed there).
 
-Inner-loop hyper-parameters left at ``None`` take the published setting of the protocol
-(``protocol="auto"``: ``omniglot`` for single-channel inputs, ``miniimagenet`` otherwise); the
-resolved values are written back to ``self.hparams`` so results record what actually ran. MAML's
-published settings (Finn et al. 2017, appendix A.1): Omniglot 5-way: 1 step of 0.4, 3 at test;
-Omniglot 20-way: 5 steps of 0.1 in training and at test; mini-ImageNet: 5 steps of 0.01, 10 at
-test; outer Adam learning rate 1e-3 throughout. ``meta_batch`` (episodes per optimizer step) is
-read by the runner before a method exists, so it is a plain number, 4 (mini-ImageNet's 1-shot
-setting); the published Omniglot values, 32 tasks (5-way) and 16 (20-way), are set by the
-reproduction card's ``--set``.
+The inner-loop base, the published settings of each protocol and ``meta_batch`` live in the core
+(:mod:`zoo.families.inner_loop`); outer Adam learning rate 1e-3 throughout, as published.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from importlib.util import find_spec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,9 +26,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode, Method, Prediction
-from zoo.backbones import Backbone, use_batch_statistics
-from zoo.errors import HyperParameterError, NumericalError
+from zoo import Episode, Prediction
+from zoo.backbones import Backbone
+from zoo.errors import check_finite
+from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
 
 if TYPE_CHECKING:
     import learn2learn as l2l
@@ -56,86 +49,13 @@ def _algorithms() -> ModuleType:
     return learn2learn.algorithms
 
 
-PROTOCOLS = ("omniglot", "miniimagenet")
-
-#: Published inner-loop settings: protocol -> way -> settings (``None``: any other way).
-PUBLISHED: Mapping[str, Mapping[int | None, Mapping[str, Any]]] = {
-    "omniglot": {
-        5: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3},
-        20: {"inner_lr": 0.1, "inner_steps": 5, "test_inner_steps": 5},
-        None: {"inner_lr": 0.4, "inner_steps": 1, "test_inner_steps": 3},
-    },
-    "miniimagenet": {
-        None: {"inner_lr": 0.01, "inner_steps": 5, "test_inner_steps": 10},
-    },
-}
-_TYPES: Mapping[str, Callable[[Any], Any]] = {"inner_lr": float, "inner_steps": int,
-                                              "test_inner_steps": int}
-
-
-def infer_protocol(backbone: nn.Module) -> str:
-    """``omniglot`` when the backbone's first convolution (or layer) takes one channel, else
-    ``miniimagenet``: character data sets are grey-scale, natural-image ones are RGB."""
-    for m in backbone.modules():
-        if isinstance(m, nn.Conv2d):
-            return "omniglot" if m.in_channels == 1 else "miniimagenet"
-    return "omniglot"
-
-
-class InnerLoopMethod(Method):
-    """A method with a support-set inner loop and protocol-dependent published defaults.
-
-    Subclasses may override :attr:`published` (same layout as :data:`PUBLISHED`).
-    """
-
-    defaults = {"protocol": "auto", "inner_lr": None, "inner_steps": None,
-                "test_inner_steps": None, "meta_batch": 4}
-    capabilities = frozenset({"inner-objective"})
-    published: ClassVar[Mapping[str, Mapping[int | None, Mapping[str, Any]]]] = PUBLISHED
-
-    def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
-        super().__init__(backbone, way=way, **hparams)
-        use_batch_statistics(self.backbone)
-        self._resolve_published(way)
-
-    def _resolve_published(self, way: int) -> None:
-        protocol = self.hparams["protocol"]
-        if protocol == "auto":
-            protocol = infer_protocol(self.backbone)
-        if protocol not in self.published:
-            raise HyperParameterError(f"{self.name}: protocol {protocol!r} is not one of "
-                                      f"{sorted(self.published)} or 'auto'")
-        table = self.published[protocol]
-        settings = table.get(way, table[None])
-        self.hparams["protocol"] = protocol
-        for key, value in settings.items():
-            given = self.hparams.get(key)
-            try:
-                self.hparams[key] = _TYPES.get(key, type(value))(value if given is None else given)
-            except ValueError:
-                raise HyperParameterError(f"{self.name}: hyper-parameter {key}={given!r} must be "
-                                          f"a {type(value).__name__}") from None
-        if self.hparams["inner_steps"] < 0 or self.hparams["test_inner_steps"] < 0:
-            raise HyperParameterError(f"{self.name}: inner steps must be >= 0")
-
-    def inner_steps(self) -> int:
-        """Inner steps for the current mode: ``inner_steps`` in training, else ``test_inner_steps``."""
-        return self.hparams["inner_steps" if self.training else "test_inner_steps"]
-
-
-def check_finite(loss: Tensor, episode: Episode, what: str) -> None:
-    if not torch.isfinite(loss):
-        raise NumericalError(f"{what} is {loss.item()} on episode {episode.id}: the inner loop "
-                             "diverged; lower inner_lr or inner_steps")
-
-
 def _adapt(learner: l2l.algorithms.BaseLearner, support: Tensor, episode: Episode, steps: int,
            record: list[float] | None) -> l2l.algorithms.BaseLearner:
     """``steps`` learn2learn steps of the cross-entropy of ``learner(support)`` against the support
     labels; ``record`` (if given) gets each loss value."""
     for _ in range(steps):
         loss = F.cross_entropy(learner(support), episode.support_y)
-        check_finite(loss, episode, "the support loss")
+        check_finite(loss, "support loss", episode, DIVERGED)
         if record is not None:
             record.append(loss.item())
         learner.adapt(loss)
@@ -188,8 +108,7 @@ class MetaSGD(MAML):
     inner step in training and at test, as in Li et al. (2017)."""
 
     name = "metasgd"
-    published = {p: {w: {**s, "inner_steps": 1, "test_inner_steps": 1} for w, s in t.items()}
-                 for p, t in PUBLISHED.items()}
+    published = published_with_steps(1)
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)

@@ -144,7 +144,7 @@ def test_estimator_error_at_the_default_draws_is_below_the_authors_monte_carlo()
             errs.append(torch.cat([e.g_m.flatten(), e.g_v.flatten()]) - exact)
         return torch.stack(errs).pow(2).mean().sqrt().item()
 
-    ours = rmse(MDBFSC.defaults["samples_train"], "sobol")
+    ours = rmse(MDBFSC.all_defaults()["samples_train"], "sobol")
     assert ours < rmse(10_000, "mc")
     assert ours < 1e-3
 

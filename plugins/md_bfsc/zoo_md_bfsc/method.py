@@ -18,6 +18,7 @@ from torch import Tensor
 from zoo import Episode, Prediction
 from zoo.gp import DTYPE, standard_normal_draws
 from zoo.gpmethod import GPMethod
+from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo_md_bfsc.inference import (
     INNER_LOOPS,
@@ -42,18 +43,16 @@ class MDBFSC(GPMethod):
 
     name: ClassVar[str] = "md-bfsc"
     inner: ClassVar[str] = "md"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"inner-objective"})
-    defaults: ClassVar[dict[str, Any]] = {
-        "steps_train": 3, "rho_train": 1.0, "steps_test": 50, "rho_test": 0.5,
-        "loss": "elbo", "samples_train": 256, "samples_test": 256, "normalize": True,
+    hyperparameters = {
+        "steps_train": HParam(3, ge=0, doc="inner steps in meta-training"),
+        "rho_train": HParam(1.0, gt=0, le=1, doc="mirror-descent step size in meta-training"),
+        "steps_test": HParam(50, ge=0, doc="inner steps at test"),
+        "rho_test": HParam(0.5, gt=0, le=1, doc="mirror-descent step size at test"),
+        "loss": HParam("elbo", choices=LOSSES, doc="meta-training objective"),
+        "samples_train": HParam(256, ge=1, doc="draws per expectation in meta-training"),
+        "samples_test": HParam(256, ge=1, doc="draws per expectation at test"),
+        "normalize": HParam(True, doc="L2-normalise features before the kernel"),
     }
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        if self.hparams["loss"] not in LOSSES:
-            from zoo.errors import HyperParameterError
-
-            raise HyperParameterError(f"loss={self.hparams['loss']!r}; choose one of {LOSSES}")
 
     def features(self, x: Tensor) -> Tensor:
         z = self.backbone(x)
@@ -126,8 +125,12 @@ class GDBFSC(MDBFSC):
 
     name: ClassVar[str] = "gd-bfsc"
     inner: ClassVar[str] = "gd"
-    defaults: ClassVar[dict[str, Any]] = {"rho_train": 0.02, "rho_test": 0.02,
-                                          "gd_parameterisation": "whitened"}
+    hyperparameters = {
+        "rho_train": HParam(0.02, gt=0, doc="gradient step size in meta-training"),
+        "rho_test": HParam(0.02, gt=0, doc="gradient step size at test"),
+        "gd_parameterisation": HParam("whitened", choices=("whitened", "moment"),
+                                      doc="variables of the gradient steps"),
+    }
 
     def inner_options(self) -> dict[str, Any]:
         return {"parameterisation": self.hparams["gd_parameterisation"]}

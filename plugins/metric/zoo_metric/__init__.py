@@ -34,6 +34,7 @@ import zoo
 from zoo import Episode, Method, Prediction
 from zoo.backbones import Backbone, ConvNet
 from zoo.errors import EpisodeError, HyperParameterError
+from zoo.hparams import HParam
 from zoo.method import episode_generator
 
 
@@ -52,12 +53,11 @@ class CosineLinear(nn.Module):
 class PretrainedClassifier(Method):
     """A backbone trained as a plain classifier over the training classes (see the module doc)."""
 
-    defaults = {"num_classes": 1000}
+    hyperparameters = {"num_classes": HParam(1000, ge=1, doc="rows of the pre-training head: at "
+                                             "least the number of training classes")}
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
-        if self.hparams["num_classes"] < 1:
-            raise HyperParameterError(f"{self.name}: num_classes must be positive")
         self.class_index: dict[str, int] = {}
         self.classifier = self.make_head(backbone.feature_dim, self.hparams["num_classes"])
 
@@ -100,7 +100,8 @@ class FeatureTransfer(PretrainedClassifier):
     ``logreg_c``) fitted on the support features."""
 
     name = "feature-transfer"
-    defaults = {"logreg_c": 1.0}
+    hyperparameters = {"logreg_c": HParam(1.0, gt=0, doc="inverse L2 strength of the logistic "
+                                          "regression fitted on the support")}
 
     def predict(self, episode: Episode) -> Prediction:
         support = self.features(episode.support_x).double().cpu().numpy()
@@ -120,7 +121,11 @@ class BaselinePP(PretrainedClassifier):
     from the episode's generator."""
 
     name = "baseline-pp"
-    defaults = {"scale": 10.0, "finetune_epochs": 100, "finetune_batch": 4}
+    hyperparameters = {
+        "scale": HParam(10.0, gt=0, doc="temperature of the cosine classifier"),
+        "finetune_epochs": HParam(100, ge=0, doc="passes over the support when fine-tuning at test"),
+        "finetune_batch": HParam(4, ge=1, doc="support examples per fine-tuning step"),
+    }
 
     def make_head(self, in_features: int, out_features: int) -> nn.Module:
         weight = torch.empty(out_features, in_features)
@@ -153,7 +158,10 @@ class MatchingNet(Method):
     ``scale * cos(f(x), g(x_i))``; ``f`` and ``g`` are the full context embeddings when ``fce``."""
 
     name = "matchingnet"
-    defaults = {"fce": True, "scale": 100.0}
+    hyperparameters = {
+        "fce": HParam(True, doc="full context embeddings (LSTMs over support and queries)"),
+        "scale": HParam(100.0, gt=0, doc="temperature of the cosine attention"),
+    }
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
@@ -215,7 +223,10 @@ class RelationNet(Method):
     """
 
     name = "relationnet"
-    defaults = {"relation_dim": 64, "unpooled_blocks": 2}
+    hyperparameters = {
+        "relation_dim": HParam(64, ge=1, doc="filters (or hidden units) of the relation module"),
+        "unpooled_blocks": HParam(2, ge=0, doc="last ConvNet blocks without max-pool"),
+    }
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)

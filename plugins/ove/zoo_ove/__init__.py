@@ -41,9 +41,9 @@ from torch import Tensor
 
 import zoo
 from zoo import Episode, Prediction
-from zoo.errors import HyperParameterError
 from zoo.gp import DTYPE, SitePosterior, prior_draws
 from zoo.gpmethod import GPMethod, check_finite
+from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
 
@@ -115,18 +115,19 @@ class OVE(GPMethod):
 
     name = "ove"
     default_kernel: ClassVar[str | None] = "cosine"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"inner-objective"})
-    defaults: ClassVar[dict[str, Any]] = {"loss": "ml", "chains": 20, "train_steps": 1,
-                                          "test_steps": 50, "quadrature": 20,
-                                          "pg_sampler": "auto", "sampler": "blocked"}
+    hyperparameters = {
+        "loss": HParam("ml", choices=("ml", "pl"), doc="marginal (ml) or predictive (pl) likelihood"),
+        "chains": HParam(20, ge=1, doc="parallel Gibbs chains"),
+        "train_steps": HParam(1, ge=0, doc="Gibbs steps in meta-training"),
+        "test_steps": HParam(50, ge=0, doc="Gibbs steps at test"),
+        "quadrature": HParam(20, ge=1, doc="Gauss-Hermite nodes of the predictive"),
+        "pg_sampler": HParam("auto", choices=("auto", "numpy", "torch"),
+                             doc="Polya-Gamma sampler (zoo.polyagamma)"),
+        "sampler": HParam("blocked", choices=("blocked", "joint"), doc="Gibbs update of f"),
+    }
 
     def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
         super().__init__(backbone, way=way, kernel=kernel, **hparams)
-        if self.hparams["loss"] not in ("ml", "pl"):
-            raise HyperParameterError(f"ove: loss must be 'ml' or 'pl', got {self.hparams['loss']!r}")
-        if self.hparams["sampler"] not in ("blocked", "joint"):
-            raise HyperParameterError("ove: sampler must be 'blocked' or 'joint', got "
-                                      f"{self.hparams['sampler']!r}")
         nodes, weights = np.polynomial.hermite_e.hermegauss(self.hparams["quadrature"])
         self.register_buffer("gh_nodes", torch.from_numpy(nodes).to(DTYPE), persistent=False)
         self.register_buffer("gh_weights", torch.from_numpy(weights / np.sqrt(2 * np.pi)).to(DTYPE),
