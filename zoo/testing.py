@@ -1,9 +1,17 @@
-"""The conformance suite every registered classification method must pass, importable by plugins.
+"""Conformance checks every registered component must pass, and small fixtures, importable by
+plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 
-``check_method("my-method")`` builds the method on the CPU and checks: probabilities of shape
-``[Q, way]`` that sum to one; the same probabilities for the same episode whatever the global RNG
-state; a finite ``meta_loss`` whose gradient reaches the backbone; all of it for 2-way 1-shot and
-20-way 5-shot episodes.
+- :func:`check_method`: probabilities of shape ``[Q, way]`` that sum to one; the same
+  probabilities for the same episode whatever the global RNG state; a finite ``meta_loss`` whose
+  gradient reaches the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes.
+- :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` equal to its
+  diagonal, per-class batching, gradients that reach the kernel's parameters and the features.
+- :func:`check_dataset`: disjoint splits, class sizes, what ``gather`` returns, episodes that are
+  a function of their coordinates.
+
+Fixtures: :func:`toy_episode` (class-dependent images), :func:`tiny_episode` (four-feature
+vectors, float64), :func:`line_episode` (one feature); backbones :class:`IdentityBackbone` and
+:class:`TanhBackbone`.
 """
 
 from __future__ import annotations
@@ -11,12 +19,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor, nn
 
-from zoo.episode import Episode, episode_seed
+from zoo.backbones import Backbone
+from zoo.data.base import FewShotDataset
+from zoo.episode import Episode, EpisodeSampler, episode_seed
+from zoo.kernels import Kernel
 from zoo.method import Method, build_method
 
 SETTINGS = ((2, 1), (20, 5))
 
+
+# -- fixtures --------------------------------------------------------------------------------------
 
 def toy_episode(way: int, shot: int, query: int = 2, image_size: int = 28, channels: int = 1,
                 seed: int = 0) -> Episode:
@@ -24,7 +38,7 @@ def toy_episode(way: int, shot: int, query: int = 2, image_size: int = 28, chann
     g = torch.Generator().manual_seed(seed)
     means = torch.rand(way, channels, image_size, image_size, generator=g)
 
-    def draw(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def draw(k: int) -> tuple[Tensor, Tensor]:
         y = torch.arange(way).repeat_interleave(k)
         x = means[y] + 0.3 * torch.randn(len(y), channels, image_size, image_size, generator=g)
         return x, y
@@ -36,24 +50,74 @@ def toy_episode(way: int, shot: int, query: int = 2, image_size: int = 28, chann
                          "classes": [f"toy-{c}" for c in range(way)]})
 
 
+def tiny_episode(seed: int = 0) -> Episode:
+    """2-way 2-shot, 3 queries per class, standard-normal 4-feature inputs in float64 (for
+    :class:`TanhBackbone` and gradient checks)."""
+    g = torch.Generator().manual_seed(seed)
+    sx = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    qx = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    return Episode(sx, torch.tensor([0, 0, 1, 1]), qx, torch.tensor([0, 0, 0, 1, 1, 1]), way=2,
+                   shot=2, info={"seed": 7})
+
+
+def line_episode() -> Episode:
+    """2 classes, 3 support points on a line (two of class 0), one query of class 1."""
+    sx = torch.tensor([[-1.0], [-0.2], [0.9]])
+    return Episode(sx, torch.tensor([0, 0, 1]), torch.tensor([[0.3]]), torch.tensor([1]),
+                   way=2, shot=1, info={"seed": 5})
+
+
+class IdentityBackbone(Backbone):
+    """Features are the inputs ``[n, feature_dim]``; ``learnable`` multiplies them by a scalar
+    parameter (1 at start), so that an optimizer has something to reach."""
+
+    def __init__(self, feature_dim: int, learnable: bool = False):
+        super().__init__()
+        self.feature_dim = feature_dim
+        self.scale = nn.Parameter(torch.ones(())) if learnable else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x if self.scale is None else self.scale * x
+
+
+class TanhBackbone(Backbone):
+    """``tanh(W x + b)``, 4 inputs to 3 features: small and smooth, so second-order terms of an
+    inner loop are not zero."""
+
+    feature_dim = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.layer(x))
+
+
+# -- methods ---------------------------------------------------------------------------------------
+
 def build_for_tests(name: str, way: int, **hparams: Any) -> Method:
     return build_method(name, way=way, in_channels=1, image_size=28, backbone="conv4s", seed=0,
                         **hparams)
 
 
 def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
+    """The method conformance suite (see the module docstring) on a Conv4S backbone, CPU."""
     for way, shot in settings:
         method = build_for_tests(name, way, **hparams)
         episode = toy_episode(way, shot)
+        at = f"{name} ({way}-way {shot}-shot)"
 
         method.train()
         method.zero_grad()
         loss = method.meta_loss(episode)
-        assert loss.ndim == 0 and torch.isfinite(loss), f"{name}: meta_loss {loss} is not finite"
+        assert loss.ndim == 0 and torch.isfinite(loss), \
+            f"{at}: meta_loss is {loss}; return a finite scalar tensor"
         loss.backward()
         grads = [p.grad for p in method.backbone.parameters() if p.requires_grad]
         assert any(g is not None and g.abs().sum() > 0 for g in grads), \
-            f"{name}: meta_loss does not back-propagate into the backbone"
+            f"{at}: meta_loss does not back-propagate into the backbone; compute it from " \
+            "self.features(...) without detaching"
 
         method.eval()
         with torch.no_grad():
@@ -62,7 +126,118 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
             torch.manual_seed(2)
             again = method.predict(episode).probs
         q = episode.query_y.numel()
-        assert first.shape == (q, way), f"{name}: probs shape {tuple(first.shape)} != {(q, way)}"
-        assert torch.isfinite(first).all() and (first >= 0).all()
-        assert torch.allclose(first.sum(-1).double(), torch.ones(q, dtype=torch.float64), atol=1e-5)
-        assert torch.equal(first, again), f"{name}: predict depends on the global RNG state"
+        assert first.shape == (q, way), \
+            f"{at}: probs shape {tuple(first.shape)} != {(q, way)}; return one row per query"
+        assert torch.isfinite(first).all() and (first >= 0).all(), \
+            f"{at}: probs have negative or non-finite values; return probabilities, not logits"
+        sums = first.sum(-1).double()
+        assert torch.allclose(sums, torch.ones(q, dtype=torch.float64), atol=1e-5), \
+            f"{at}: rows of probs sum to {sums.tolist()}; normalise them (softmax)"
+        assert torch.equal(first, again), \
+            f"{at}: predict depends on the global RNG state; draw from " \
+            "zoo.method.episode_generator(episode)"
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+
+def check_kernel(kernel: str | type[Kernel], feature_dim: int = 4, points: int = 6,
+                 classes: int = 3, atol: float = 1e-6, **options: Any) -> None:
+    """The kernel conformance suite for a registered kernel (by name) or a kernel class, built
+    with ``options``, in float64 on random features: shared and per-class
+    (``batch_shape=(classes,)``, distinct hyper-parameters per class)."""
+    from zoo.plugins import registry
+
+    cls = registry().get("kernels", kernel) if isinstance(kernel, str) else kernel
+    name = kernel if isinstance(kernel, str) else cls.__name__
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(points, feature_dim, generator=g, dtype=torch.float64)
+    y = torch.randn(points // 2, feature_dim, generator=g, dtype=torch.float64)
+    for batch in ((), (classes,)):
+        at = f"kernel {name!r} (batch_shape={batch})"
+        kernel = cls(feature_dim, batch, **options).double()
+        with torch.no_grad():  # distinct per-class values, away from the defaults
+            for p in kernel.parameters():
+                p.add_(torch.linspace(0, 0.5, p.numel(), dtype=p.dtype).view_as(p))
+        features = x.clone().requires_grad_()
+        z = kernel.prepare(torch.cat([features, y]))
+        zx, zy = z[:points], z[points:]
+        K, Kxy, d = kernel.gram(zx, zx), kernel.gram(zx, zy), kernel.gram_diag(zx)
+        assert K.shape == (*batch, points, points) and Kxy.shape == (*batch, points, len(y)) \
+            and d.shape == (*batch, points), \
+            f"{at}: shapes {tuple(K.shape)}, {tuple(Kxy.shape)}, {tuple(d.shape)}; gram must be " \
+            "[*batch_shape, n1, n2] and gram_diag [*batch_shape, n]"
+        assert torch.isfinite(K).all(), f"{at}: non-finite gram matrix on random features"
+        assert torch.allclose(K, K.transpose(-1, -2), atol=atol), \
+            f"{at}: gram(z, z) is not symmetric"
+        low = float(torch.linalg.eigvalsh(K.detach()).min())
+        scale = float(K.detach().abs().amax())
+        assert low >= -1e-8 * max(1.0, scale) * points, \
+            f"{at}: gram(z, z) is not positive semi-definite (smallest eigenvalue {low:.3g})"
+        assert torch.allclose(d, torch.diagonal(K, dim1=-2, dim2=-1), atol=atol), \
+            f"{at}: gram_diag(z) differs from the diagonal of gram(z, z)"
+        full = kernel.gram(z, z)
+        assert torch.allclose(full[..., :points, points:], Kxy, atol=atol), \
+            f"{at}: gram(zx, zy) differs from the block of gram on all points"
+        if batch:
+            assert not torch.allclose(K[0], K[-1]), \
+                f"{at}: every class has the same gram matrix; give each class its own parameters"
+        weights = torch.randn(K.shape, generator=g, dtype=K.dtype)
+        ((K * weights).sum() + d.sum()).backward()
+        for pname, p in kernel.named_parameters():
+            if p.requires_grad:
+                assert p.grad is not None and torch.isfinite(p.grad).all() \
+                    and p.grad.abs().sum() > 0, \
+                    f"{at}: no gradient reaches parameter {pname!r}; compute the gram from it"
+        assert features.grad is not None and features.grad.abs().sum() > 0, \
+            f"{at}: no gradient reaches the features; a deep kernel must be differentiable in them"
+
+
+# -- data sets -------------------------------------------------------------------------------------
+
+def check_dataset(dataset: str | FewShotDataset, way: int = 5, shot: int = 1, query: int = 2,
+                  **options: Any) -> None:
+    """The data set conformance suite for a registered data set (by name, built with ``options``)
+    or a built one: class names and sizes, disjoint splits of valid class indices, ``gather``'s
+    shape and dtype, and episodes of every split that are a function of their coordinates."""
+    if isinstance(dataset, str):
+        from zoo.data import load_dataset
+
+        dataset = load_dataset(dataset, **options)
+    at = f"data set {dataset.name!r}"
+    n = len(dataset.class_names)
+    assert len(set(dataset.class_names)) == n, f"{at}: class names are not unique"
+    sizes = dataset.class_sizes
+    assert sizes.shape == (n,) and sizes.dtype == torch.long and bool((sizes > 0).all()), \
+        f"{at}: class_sizes must be a LongTensor of {n} positive counts, one per class name"
+    seen: dict[int, str] = {}
+    for split, members in dataset.splits.items():
+        assert len(members) > 0, f"{at}: split {split!r} has no classes; drop it"
+        for c in members:
+            assert 0 <= int(c) < n, f"{at}: split {split!r} names class index {c} of {n}"
+            assert int(c) not in seen, \
+                f"{at}: class {dataset.class_names[int(c)]!r} is in splits {seen[int(c)]!r} and " \
+                f"{split!r}; splits must be disjoint"
+            seen[int(c)] = split
+    shape = (dataset.in_channels, dataset.image_size, dataset.image_size)
+    for split in dataset.splits:
+        classes = dataset.split_classes(split)
+        k = min(shot + query, int(sizes[classes].min()))
+        images = dataset.gather(classes[:2], torch.arange(k).expand(len(classes[:2]), k))
+        assert images.shape == (len(classes[:2]), k, *shape) and images.is_floating_point(), \
+            f"{at}: gather gave {tuple(images.shape)} {images.dtype}; it must give float " \
+            f"[way, k, {', '.join(map(str, shape))}] (in_channels, image_size)"
+        ways = min(way, len(classes))
+        sampler = EpisodeSampler(dataset, split, ways, shot, query, seed=0)
+        first, again = sampler[3], EpisodeSampler(dataset, split, ways, shot, query, seed=0)[3]
+        assert first.support_x.shape == (ways * shot, *shape) \
+            and first.query_x.shape == (ways * query, *shape), \
+            f"{at} ({split}): episode images {tuple(first.support_x.shape)}, " \
+            f"{tuple(first.query_x.shape)} do not match in_channels and image_size"
+        names = {dataset.class_names[int(c)] for c in classes}
+        assert set(first.info["classes"]) <= names, \
+            f"{at} ({split}): an episode drew classes outside the split"
+        assert all(torch.equal(a, b) for a, b in zip(
+            (first.support_x, first.query_x, first.support_y, first.query_y),
+            (again.support_x, again.query_x, again.support_y, again.query_y))), \
+            f"{at} ({split}): the same episode coordinates gave different episodes; gather " \
+            "must be deterministic"

@@ -136,7 +136,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
                  cell.train_episodes)
 
     validating = has_split(dataset, "val") and cell.val_episodes > 0
-    meta_batch = max(1, int(cell.hparams.get("meta_batch") or 1))
+    meta_batch = method.meta_batch
     sampler = EpisodeSampler(dataset, "train", cell.way, cell.train_shot, cell.train_query,
                              seed=cell.seed)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes

@@ -3,40 +3,22 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from zoo_bayesian_maml import ABML, BMAML, svgd_direction
 
-from zoo import Episode
-from zoo.backbones import Backbone
 from zoo.errors import HyperParameterError
-from zoo.testing import build_for_tests, check_method, toy_episode
-
-
-class Tiny(Backbone):
-    feature_dim = 3
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return torch.tanh(self.layer(x))
-
-
-def tiny_episode() -> Episode:
-    g = torch.Generator().manual_seed(0)
-    return Episode(torch.randn(4, 4, generator=g, dtype=torch.float64), torch.tensor([0, 0, 1, 1]),
-                   torch.randn(6, 4, generator=g, dtype=torch.float64),
-                   torch.tensor([0, 0, 0, 1, 1, 1]), way=2, shot=2, info={"seed": 11})
+from zoo.testing import TanhBackbone, build_for_tests, check_method, tiny_episode, toy_episode
 
 
 def tiny(cls, **hparams):
     torch.manual_seed(0)
-    return cls(Tiny(), way=2, **hparams).double()
+    return cls(TanhBackbone(), way=2, **hparams).double()
 
 
 def forward(w: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -83,8 +65,26 @@ def test_posterior_starts_at_the_prior_and_a_tight_prior_holds_it_there():
 
 
 def test_abml_kl_weight_must_be_positive():
-    with pytest.raises(HyperParameterError, match="kl_weight"):
+    with pytest.raises(HyperParameterError, match=r"kl_weight=0.0 is not allowed.*a float > 0"):
         tiny(ABML, kl_weight=0.0)
+
+
+def test_runs_without_the_maml_plugin():
+    """The inner-loop base is in the core: with zoo_maml unimportable and the maml plugin
+    disabled, both methods register, train a step and predict."""
+    code = """if True:
+        import sys
+        sys.modules["zoo_maml"] = None  # any import of it now fails
+        from zoo.plugins import registry
+        from zoo.testing import TanhBackbone, tiny_episode
+        assert "maml" not in registry().names("methods")
+        for name in ("abml", "bmaml"):
+            method = registry().get("methods", name)(TanhBackbone(), way=2).double()
+            method.meta_loss(tiny_episode()).backward()
+            assert method.eval().predict(tiny_episode()).probs.shape == (6, 2)
+    """
+    env = {**os.environ, "ZOO_DISABLE_PLUGINS": "maml", "ZOO_STRICT_PLUGINS": "1"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
 
 
 def test_abml_default_kl_does_not_swamp_the_likelihood_on_conv4s():

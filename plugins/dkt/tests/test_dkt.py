@@ -5,16 +5,8 @@ from scipy.stats import multivariate_normal
 from zoo_dkt import DKT
 
 from zoo import Episode
-from zoo.backbones import Backbone
 from zoo.kernels import RBFKernel
-from zoo.testing import check_method
-
-
-class Identity(Backbone):
-    feature_dim = 3
-
-    def forward(self, x):
-        return x
+from zoo.testing import IdentityBackbone, check_method
 
 
 def episode(seed=0, way=3, shot=2, query=2):
@@ -29,21 +21,21 @@ def test_noise_to_zero_interpolates_the_targets():
     ep = episode()
     at_support = Episode(ep.support_x, ep.support_y, ep.support_x, ep.support_y, ep.way, ep.shot,
                          info=ep.info)
-    method = DKT(Identity(), way=3, kernel=RBFKernel(3), noise=1e-7).eval()
+    method = DKT(IdentityBackbone(3), way=3, kernel=RBFKernel(3), noise=1e-7).eval()
     with torch.no_grad():
         mean, var = method.predictive_moments(at_support)
     targets = 2 * torch.nn.functional.one_hot(ep.support_y, 3).double() - 1
     assert torch.allclose(mean, targets, atol=1e-4)
     assert (var < 1e-4).all()
     # with a large noise the mean shrinks toward the prior mean instead
-    method = DKT(Identity(), way=3, kernel=RBFKernel(3), noise=10.0).eval()
+    method = DKT(IdentityBackbone(3), way=3, kernel=RBFKernel(3), noise=10.0).eval()
     with torch.no_grad():
         assert method.predictive_moments(at_support)[0].abs().max() < 0.5
 
 
 def test_loss_is_the_closed_form_gaussian_marginal_likelihood():
     ep = episode(1)
-    method = DKT(Identity(), way=3, kernel=RBFKernel(3, lengthscale=1.3), noise=0.1)
+    method = DKT(IdentityBackbone(3), way=3, kernel=RBFKernel(3, lengthscale=1.3), noise=0.1)
     with torch.no_grad():
         method.mean.fill_(0.2)
         loss = float(method.meta_loss(ep))
@@ -59,7 +51,7 @@ def test_loss_is_the_closed_form_gaussian_marginal_likelihood():
 
 
 def test_learnable_mean_and_fixed_noise_by_default():
-    method = DKT(Identity(), way=2, kernel=RBFKernel(3))
+    method = DKT(IdentityBackbone(3), way=2, kernel=RBFKernel(3))
     assert method.raw_noise.requires_grad is False and method.mean.requires_grad
     assert float(method.noise) == pytest.approx(0.1)
     method.meta_loss(episode(way=2)).backward()

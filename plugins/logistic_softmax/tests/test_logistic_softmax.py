@@ -4,35 +4,20 @@ import torch
 from torch.distributions import Gamma, MultivariateNormal, Poisson
 from zoo_logistic_softmax import LogisticSoftmax, _log_cosh
 
-from zoo import Episode
-from zoo.backbones import Backbone
 from zoo.kernels import RBFKernel
 from zoo.polyagamma import sample_polyagamma
-from zoo.testing import check_method
+from zoo.testing import IdentityBackbone, check_method, line_episode
 
 D = torch.float64
 
 
-class Identity(Backbone):
-    feature_dim = 1
-
-    def forward(self, x):
-        return x
-
-
-def tiny():
-    sx = torch.tensor([[-1.0], [-0.2], [0.9]])
-    return Episode(sx, torch.tensor([0, 0, 1]), torch.tensor([[0.3]]), torch.tensor([1]),
-                   way=2, shot=1, info={"seed": 5})
-
-
 def method(**hp):
-    return LogisticSoftmax(Identity(), way=2, kernel=RBFKernel(1, lengthscale=0.8,
+    return LogisticSoftmax(IdentityBackbone(1), way=2, kernel=RBFKernel(1, lengthscale=0.8,
                                                                 outputscale=2.0), **hp)
 
 
 def setup(m):
-    ep = tiny()
+    ep = line_episode()
     K = m.kernel_matrices(ep).Kss.detach()
     return ep, K, m.onehot(ep).T
 
@@ -102,7 +87,7 @@ def test_gibbs_matches_the_exact_posterior_by_numerical_integration():
 @pytest.mark.parametrize("loss", ["ml", "pl"])
 def test_losses_train_the_kernel_and_predict_sums_to_one(inference, loss):
     m = method(inference=inference, loss=loss, chains=4)
-    ep = tiny()
+    ep = line_episode()
     value = m.meta_loss(ep)
     value.backward()
     assert torch.isfinite(value) and m.kernel.raw_lengthscale.grad is not None

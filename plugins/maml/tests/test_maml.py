@@ -5,39 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from zoo_maml import ANIL, FOMAML, MAML, MetaSGD
 
 from zoo import Episode
-from zoo.backbones import Backbone
-from zoo.testing import build_for_tests, check_method, toy_episode
-
-
-class Tiny(Backbone):
-    """A small smooth (tanh) network, so that second-order terms are not zero."""
-
-    feature_dim = 3
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return torch.tanh(self.layer(x))
-
-
-def tiny_episode(seed: int = 0) -> Episode:
-    g = torch.Generator().manual_seed(seed)
-    sx, qx = torch.randn(4, 4, generator=g, dtype=torch.float64), torch.randn(6, 4, generator=g,
-                                                                               dtype=torch.float64)
-    return Episode(sx, torch.tensor([0, 0, 1, 1]), qx, torch.tensor([0, 0, 0, 1, 1, 1]), way=2,
-                   shot=2, info={"seed": 7})
+from zoo.errors import HyperParameterError
+from zoo.testing import TanhBackbone, build_for_tests, check_method, tiny_episode, toy_episode
 
 
 def tiny(cls=MAML, **hparams) -> MAML:
     torch.manual_seed(0)
     hp = {"inner_lr": 0.5, "inner_steps": 2, "test_inner_steps": 2, **hparams}
-    return cls(Tiny(), way=2, **hp).double()
+    return cls(TanhBackbone(), way=2, **hp).double()
 
 
 def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -130,7 +108,7 @@ def test_second_order_gradient_equals_the_hand_written_one():
 
 def test_metasgd_step_uses_the_per_weight_learning_rates():
     torch.manual_seed(0)
-    m, ep = MetaSGD(Tiny(), way=2, inner_lr=0.5).double().eval(), tiny_episode()
+    m, ep = MetaSGD(TanhBackbone(), way=2, inner_lr=0.5).double().eval(), tiny_episode()
     with torch.no_grad():
         for lr in m.inner_lrs:
             lr.uniform_(0.1, 1.0)
@@ -166,8 +144,16 @@ def test_published_defaults_depend_on_the_protocol_and_can_be_overridden():
     assert (twenty["inner_lr"], twenty["inner_steps"], twenty["test_inner_steps"]) == (0.1, 5, 5)
     mini = build_for_tests("maml", 5, protocol="miniimagenet").hparams
     assert (mini["inner_lr"], mini["inner_steps"], mini["test_inner_steps"]) == (0.01, 5, 10)
-    given = build_for_tests("fomaml", 5, inner_lr="0.2", meta_batch="8").hparams
-    assert (given["inner_lr"], given["meta_batch"]) == (0.2, 8)
+    given = build_for_tests("fomaml", 5, inner_lr="0.2", meta_batch="8")
+    assert (given.hparams["inner_lr"], given.meta_batch) == (0.2, 8)
+
+
+def test_bad_inner_loop_settings_are_refused_by_the_declarations():
+    with pytest.raises(HyperParameterError,
+                       match=r"protocol='cifar'.*one of 'auto', 'omniglot', 'miniimagenet'"):
+        build_for_tests("maml", 5, protocol="cifar")
+    with pytest.raises(HyperParameterError, match=r"inner_steps=-1.*an int >= 0 or None"):
+        build_for_tests("anil", 5, inner_steps=-1)
 
 
 def test_batch_norm_uses_batch_statistics_in_eval_mode_too():

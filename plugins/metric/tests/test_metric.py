@@ -9,20 +9,8 @@ from torch import nn
 from zoo_metric import BaselinePP, CosineLinear, FeatureTransfer, MatchingNet, RelationNet
 
 from zoo import Episode
-from zoo.backbones import Backbone
 from zoo.errors import EpisodeError, HyperParameterError
-from zoo.testing import check_method
-
-
-class Identity(Backbone):
-    feature_dim = 2
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(()))  # something for the optimiser to reach
-
-    def forward(self, x):
-        return self.scale * x
+from zoo.testing import IdentityBackbone, check_method
 
 
 def episode(classes=("a", "b"), seed: int = 0) -> Episode:
@@ -35,14 +23,14 @@ def episode(classes=("a", "b"), seed: int = 0) -> Episode:
 
 
 def test_class_table_grows_persists_and_refuses_overflow():
-    m = FeatureTransfer(Identity(), way=2, num_classes=3)
+    m = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2, num_classes=3)
     m.meta_loss(episode(("x", "y")))
     m.meta_loss(episode(("y", "z")))
     assert m.class_index == {"x": 0, "y": 1, "z": 2}
     # the rows: "y" is row 1 in both episodes
     ep = episode(("z", "y"))
     assert m.global_labels(ep, ep.support_y).tolist() == [2, 2, 1, 1]
-    again = FeatureTransfer(Identity(), way=2, num_classes=3)
+    again = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2, num_classes=3)
     again.load_state_dict(m.state_dict())
     assert again.class_index == m.class_index
     with pytest.raises(HyperParameterError, match="num_classes"):
@@ -50,11 +38,11 @@ def test_class_table_grows_persists_and_refuses_overflow():
     ep = episode()
     ep.info.pop("classes")
     with pytest.raises(EpisodeError, match="classes"):
-        FeatureTransfer(Identity(), way=2).meta_loss(ep)
+        FeatureTransfer(IdentityBackbone(2, learnable=True), way=2).meta_loss(ep)
 
 
 def test_pretraining_loss_is_cross_entropy_over_global_rows():
-    m = FeatureTransfer(Identity(), way=2, num_classes=4)
+    m = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2, num_classes=4)
     m.class_index = {"q": 0, "b": 1, "a": 2}
     ep = episode(("a", "b"))
     x = torch.cat([ep.support_x, ep.query_x])
@@ -64,7 +52,7 @@ def test_pretraining_loss_is_cross_entropy_over_global_rows():
 
 def test_feature_transfer_logistic_regression_separates_the_classes():
     with torch.no_grad():
-        probs = FeatureTransfer(Identity(), way=2).eval().predict(episode()).probs
+        probs = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2).eval().predict(episode()).probs
     assert (probs.argmax(1) == torch.tensor([0, 1, 1])).all()
     assert torch.allclose(probs.sum(1), torch.ones(3))
 
@@ -76,14 +64,14 @@ def test_cosine_classifier_is_scaled_cosine_similarity():
 
 
 def test_baseline_pp_fine_tuning_separates_the_classes():
-    m = BaselinePP(Identity(), way=2, finetune_epochs=20).eval()
+    m = BaselinePP(IdentityBackbone(2, learnable=True), way=2, finetune_epochs=20).eval()
     with torch.no_grad():
         probs = m.predict(episode()).probs
     assert (probs.argmax(1) == torch.tensor([0, 1, 1])).all()
 
 
 def test_matching_net_without_fce_is_the_attention_kernel_sum():
-    m, ep = MatchingNet(Identity(), way=2, fce=False, scale=5.0), episode()
+    m, ep = MatchingNet(IdentityBackbone(2, learnable=True), way=2, fce=False, scale=5.0), episode()
     s, q = ep.support_x, ep.query_x
     cos = (q / q.norm(dim=1, keepdim=True)) @ (s / s.norm(dim=1, keepdim=True)).T
     a = torch.softmax(5.0 * cos, 1)
@@ -94,14 +82,14 @@ def test_matching_net_without_fce_is_the_attention_kernel_sum():
 
 
 def test_matching_net_fce_support_embedding_is_input_plus_both_directions():
-    m, ep = MatchingNet(Identity(), way=2), episode()
+    m, ep = MatchingNet(IdentityBackbone(2, learnable=True), way=2), episode()
     s = ep.support_x
     h = m.support_lstm(s[None])[0][0]
     assert torch.allclose(m.embed_support(s), s + h[:, :2] + h[:, 2:])
 
 
 def test_relation_net_compares_queries_with_summed_support_embeddings():
-    m, ep = RelationNet(Identity(), way=2), episode()
+    m, ep = RelationNet(IdentityBackbone(2, learnable=True), way=2), episode()
     s = ep.support_x
     classes = torch.stack([s[:2].sum(0), s[2:].sum(0)])
     q = ep.query_x[1]

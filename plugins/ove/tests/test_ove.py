@@ -7,25 +7,10 @@ from scipy.stats import multivariate_normal
 from zoo_ove import OVE, Pairs
 
 from zoo import Episode
-from zoo.backbones import Backbone
 from zoo.gp import SitePosterior
 from zoo.kernels import RBFKernel
 from zoo.polyagamma import augmented_log_marginal
-from zoo.testing import check_method
-
-
-class Identity(Backbone):
-    feature_dim = 1
-
-    def forward(self, x):
-        return x
-
-
-def tiny():
-    """2 classes, 3 support points on a line; one query."""
-    sx = torch.tensor([[-1.0], [-0.2], [0.9]])
-    return Episode(sx, torch.tensor([0, 0, 1]), torch.tensor([[0.3]]), torch.tensor([1]),
-                   way=2, shot=1, info={"seed": 5})
+from zoo.testing import IdentityBackbone, check_method, line_episode
 
 
 def exact_psi_moments(K_psi: np.ndarray, points: int = 81, half_width: float = 7.0):
@@ -76,7 +61,7 @@ def test_augmented_marginal_is_the_authors_gaussian_form():
 
 def check_chain_moments(ep: Episode, sampler: str, points: int, chains: int, steps: int) -> None:
     """The chains' ``psi`` after ``steps`` Gibbs steps against the exact posterior moments."""
-    method = OVE(Identity(), way=ep.way, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
+    method = OVE(IdentityBackbone(1), way=ep.way, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
                  chains=chains, sampler=sampler)
     K = method.kernel_matrices(ep).Kss.detach()
     _, psi, _ = method.gibbs(K, ep.support_y, steps, ep, torch.Generator().manual_seed(0))
@@ -89,7 +74,7 @@ def check_chain_moments(ep: Episode, sampler: str, points: int, chains: int, ste
 
 @pytest.mark.parametrize("sampler", ["blocked", "joint"])
 def test_gibbs_matches_the_exact_posterior_by_numerical_integration(sampler):
-    check_chain_moments(tiny(), sampler, points=81, chains=2000, steps=25)
+    check_chain_moments(line_episode(), sampler, points=81, chains=2000, steps=25)
 
 
 @pytest.mark.parametrize("sampler", ["blocked", "joint"])
@@ -117,13 +102,13 @@ def test_blocked_conditional_is_the_conditional_of_the_joint():
     A[torch.arange(M), pairs.other * n + pairs.point] = -1
     P = torch.linalg.inv(torch.block_diag(*K)) + A.T @ torch.diag(w[0]) @ A
     h = A.T @ torch.full((M,), 0.5, dtype=torch.float64)
-    method = OVE(Identity(), way=C, kernel=RBFKernel(1), chains=1)
+    method = OVE(IdentityBackbone(1), way=C, kernel=RBFKernel(1), chains=1)
     for c in range(C):
         blk = torch.zeros(C * n, dtype=torch.bool)
         blk[c * n:(c + 1) * n] = True
         cov = torch.linalg.inv(P[blk][:, blk])
         mean = cov @ (h[blk] - P[blk][:, ~blk] @ f[0].reshape(-1)[~blk])
-        post = method.class_conditional(K, f, pairs.dense(w, C, n), y, c, tiny())
+        post = method.class_conditional(K, f, pairs.dense(w, C, n), y, c, line_episode())
         assert torch.allclose(post.mean[0], mean, atol=1e-8)
         assert torch.allclose(post.cov[0], cov, atol=1e-8)
 
@@ -144,8 +129,8 @@ def test_ml_gradient_in_closed_form_equals_autograd_through_the_cholesky():
     X = torch.randn(n, 4, generator=g, dtype=torch.float64)
     scale = torch.tensor([0.7, 1.3, 1.0], dtype=torch.float64, requires_grad=True)
     w = torch.rand(3, len(pairs.point), generator=g, dtype=torch.float64) + 0.05
-    method = OVE(Identity(), way=C, kernel=RBFKernel(1))
-    ep = tiny()
+    method = OVE(IdentityBackbone(1), way=C, kernel=RBFKernel(1))
+    ep = line_episode()
 
     def K_of(scale):
         return scale[:, None, None] * (X @ X.T + 0.1 * torch.eye(n, dtype=torch.float64))
@@ -162,8 +147,8 @@ def test_ml_gradient_in_closed_form_equals_autograd_through_the_cholesky():
 
 @pytest.mark.parametrize("loss", ["ml", "pl"])
 def test_losses_train_the_kernel_and_predict_sums_to_one(loss):
-    ep = tiny()
-    method = OVE(Identity(), way=2, kernel=RBFKernel(1), loss=loss, chains=8)
+    ep = line_episode()
+    method = OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), loss=loss, chains=8)
     value = method.meta_loss(ep)
     value.backward()
     assert torch.isfinite(value) and method.kernel.raw_lengthscale.grad is not None
@@ -176,9 +161,9 @@ def test_losses_train_the_kernel_and_predict_sums_to_one(loss):
 
 def test_unknown_loss_or_sampler_is_an_error():
     with pytest.raises(ValueError, match="loss must be"):
-        OVE(Identity(), way=2, kernel=RBFKernel(1), loss="elbo")
+        OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), loss="elbo")
     with pytest.raises(ValueError, match="sampler must be"):
-        OVE(Identity(), way=2, kernel=RBFKernel(1), sampler="hmc")
+        OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), sampler="hmc")
 
 
 def test_conformance():

@@ -2,21 +2,14 @@ import torch
 from zoo_protonet import ProtoNet
 
 from zoo import Episode
-from zoo.backbones import Backbone
-
-
-class Identity(Backbone):
-    feature_dim = 2
-
-    def forward(self, x):
-        return x
+from zoo.testing import IdentityBackbone
 
 
 def test_logits_are_negative_squared_distances_to_class_means():
     support = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0], [10.0, 12.0]])
     ep = Episode(support, torch.tensor([0, 0, 1, 1]), torch.tensor([[1.0, 1.0]]),
                  torch.tensor([0]), way=2, shot=2)
-    logits = ProtoNet(Identity(), way=2).logits(ep)
+    logits = ProtoNet(IdentityBackbone(2), way=2).logits(ep)
     # prototypes (1, 0) and (10, 11): squared distances 1 and 81 + 100
     assert torch.allclose(logits, torch.tensor([[-1.0, -181.0]]))
 
@@ -26,5 +19,5 @@ def test_query_at_a_prototype_is_classified_there():
     y = torch.tensor([0, 0, 0, 1, 1, 1])
     protos = torch.stack([support[:3].mean(0), support[3:].mean(0)])
     ep = Episode(support, y, protos, torch.tensor([0, 1]), way=2, shot=3)
-    probs = ProtoNet(Identity(), way=2).predict(ep).probs
+    probs = ProtoNet(IdentityBackbone(2), way=2).predict(ep).probs
     assert (probs.argmax(1) == torch.tensor([0, 1])).all()
