@@ -118,6 +118,15 @@ def test_every_method_declares_valid_documented_defaults(name):
     assert resolve_hparams(cls, {}) == cls.all_defaults()
 
 
+def test_zoo_methods_json_prints_the_declarations(capsys):
+    from zoo.cli import main
+
+    assert main(["methods", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["protonet"]["hparams"]["lr"] == registry().get("methods", "protonet") \
+        .describe_hparams()["lr"]
+
+
 def test_meta_batch_is_read_from_the_method():
     class Plain(Base):
         name = "plain-test"

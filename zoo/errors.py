@@ -48,7 +48,7 @@ class PluginError(ZooError):
 
 
 class HyperParameterError(ZooError, ValueError):
-    """An unknown hyper-parameter or one of the wrong type."""
+    """An unknown hyper-parameter, or a value that its declaration (zoo.hparams.HParam) refuses."""
 
 
 def check_finite(x: Tensor, what: str, episode: Episode,

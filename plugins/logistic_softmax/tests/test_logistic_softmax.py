@@ -100,7 +100,7 @@ def test_losses_train_the_kernel_and_predict_sums_to_one(inference, loss):
 
 def test_bad_hyper_parameters_are_errors():
     for hp in ({"inference": "ep"}, {"loss": "elbo"}, {"tau": 0.0}):
-        with pytest.raises(ValueError, match="logistic-softmax"):
+        with pytest.raises(ValueError, match="method 'logistic-softmax': hyper-parameter"):
             method(**hp)
 
 
