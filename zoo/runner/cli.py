@@ -108,7 +108,8 @@ def train_cmd(args: argparse.Namespace) -> int:
                 way=args.way, shot=args.shot, train_shot=args.shot, query=15,
                 train_query=args.query, seed=args.seed,
                 train_episodes=args.episodes, val_episodes=args.val_episodes,
-                val_every=args.val_every, test_episodes=0)
+                val_every=args.val_every, test_episodes=0,
+                provenance=registry().provenance("methods", args.method))
     out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
                                       f"{cell.train_hash[:8]}")
     dataset = DatasetCache(args.data_dir, device).get(args.dataset)
