@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from zoo.data.base import FewShotDataset
 from zoo.episode import EpisodeSampler
 from zoo.errors import NumericalError, ZooError
-from zoo.io import atomic_save, atomic_write_json, atomic_write_text
+from zoo.io import atomic_save, atomic_write_json, atomic_write_text, load_checkpoint
 from zoo.method import Method, build_method
 from zoo.metrics import fit_temperature
 from zoo.runner.config import Cell, parse_spec
@@ -62,8 +62,10 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every global RNG's state as tensors, numbers and tuples (loadable with weights only)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": np.random.get_state()}
+             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -72,7 +74,8 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -115,7 +118,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
     method = build_for_cell(cell, dataset, device)
     model_path = folder / "model.pt"
     if (folder / "done").exists():
-        blob = torch.load(model_path, map_location=device, weights_only=False)
+        blob = load_checkpoint(model_path, device)
         method.load_state_dict(blob["state_dict"])
         method.eval()
         return TrainedModel(method, blob["temperature"], blob["info"])
@@ -127,7 +130,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
     seed_everything(cell.seed)
     ckpt_path, best_path = folder / "checkpoint.pt", folder / "best.pt"
     if ckpt_path.exists():
-        blob = torch.load(ckpt_path, map_location=device, weights_only=False)
+        blob = load_checkpoint(ckpt_path, device)
         method.load_state_dict(blob["model"])
         optimizer.load_state_dict(blob["optimizer"])
         state = TrainState(**blob["state"])
@@ -221,7 +224,7 @@ def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validat
         if not (folder / "best.pt").exists():
             raise ZooError(f"{cell.label}: no validated checkpoint in {folder}; delete that "
                            "folder (or use --force) to train again")
-        best = torch.load(folder / "best.pt", map_location=device, weights_only=False)
+        best = load_checkpoint(folder / "best.pt", device)
         method.load_state_dict(best["model"])
         temperature = fit_temperature(best["val_logp"], best["val_y"])
         selection = "best validation accuracy"
@@ -248,10 +251,7 @@ def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not file.exists():
         raise ZooError(f"{path} holds no trained model (model.pt); train it first "
                        "(zoo train, zoo bench) or pass the folder of a finished cell")
-    try:
-        blob = torch.load(file, map_location=device, weights_only=False)
-    except Exception as exc:
-        raise ZooError(f"cannot read the model {file}: {exc}") from exc
+    blob = load_checkpoint(file, device)
     if not isinstance(blob, dict) or not {"state_dict", "config", "temperature"} <= set(blob):
         raise ZooError(f"{file} is not a zoo model file (model.pt of a cell or `zoo train`)")
     return blob["config"], blob
