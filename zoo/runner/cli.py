@@ -126,8 +126,9 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True)
     p.add_argument("--way", type=int, default=None, help="default: the trained way")
     p.add_argument("--shot", type=int, default=None, help="default: the trained shot")
-    p.add_argument("--query", type=int, default=15)
-    p.add_argument("--episodes", type=int, default=600)
+    p.add_argument("--query", type=int, default=15, help="queries per class (default: %(default)s)")
+    p.add_argument("--episodes", type=int, default=600,
+                   help="test episodes (default: %(default)s, the usual few-shot protocol)")
     p.add_argument("--seed", type=int, default=None, help="episode seed (default: the run's)")
     _device_arg(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
