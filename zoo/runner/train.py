@@ -9,6 +9,7 @@ and ends with the same weights as one that never stopped.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -115,6 +116,7 @@ def validate(method: Method, cell: Cell, dataset: FewShotDataset) -> tuple[float
 def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
                 progress: bool = False) -> TrainedModel:
     """Train (or resume, or just load) the model of ``cell`` in ``folder``."""
+    check_same_config(folder, cell.train_config())
     method = build_for_cell(cell, dataset, device)
     model_path = folder / "model.pt"
     if (folder / "done").exists():
@@ -242,6 +244,48 @@ def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validat
     atomic_write_text(folder / "done", "")
     (folder / "error.txt").unlink(missing_ok=True)
     return TrainedModel(method, temperature, info)
+
+
+def check_same_config(folder: Path, config: dict[str, Any]) -> None:
+    """Refuse to resume or reuse ``folder`` if it was trained with another configuration (its
+    model would be reported under this one's name); the message lists every difference."""
+    path = folder / "config.json"
+    if not path.exists():
+        return
+    try:
+        there = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ZooError(f"{path}: cannot be read ({exc}); delete the folder to train again") from None
+    here = json.loads(json.dumps(config, default=str))
+    if there == here:
+        return
+    lines = [f"  {key}: {a!r} there, {b!r} here" for key, a, b in _differences(there, here)]
+    raise ZooError(f"{folder} holds a model trained with another configuration:\n"
+                   + "\n".join(lines) + "\nchoose another --out, or add --force to train again "
+                   "there (its model is deleted)")
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]
+    return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+def start_over(folder: Path) -> None:
+    """``zoo train --force``: delete what a training wrote in ``folder``, and nothing else."""
+    from zoo.runner.storage import TMP_RE, TRAIN_FILES
+
+    if not folder.exists():
+        return
+    foreign = [p.name for p in folder.iterdir()
+               if p.name not in TRAIN_FILES and not TMP_RE.match(p.name)]
+    if foreign or not (folder / "config.json").exists():
+        raise ZooError(f"{folder} is not a zoo training folder (it holds "
+                       f"{', '.join(sorted(foreign)) or 'no config.json'}); --force deletes "
+                       "only training folders: choose another --out")
+    for p in folder.iterdir():
+        p.unlink()
 
 
 def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
