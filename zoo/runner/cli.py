@@ -78,6 +78,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-every", type=int, default=250)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<name>)")
+    p.add_argument("--force", action="store_true",
+                   help="train again in --out, deleting the model trained there before")
     _device_arg(p)
     _set_arg(p, "a hyper-parameter of the method (repeatable)")
     p.add_argument("--no-progress", action="store_true")
@@ -91,7 +93,7 @@ def train_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
     from zoo.runner.config import Cell, SuiteError, parse_value
-    from zoo.runner.train import train_model
+    from zoo.runner.train import start_over, train_model
 
     cls = registry().get("methods", args.method)
     given = {}
@@ -113,6 +115,8 @@ def train_cmd(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
                                       f"{cell.train_hash[:8]}")
     dataset = DatasetCache(args.data_dir, device).get(args.dataset)
+    if args.force:
+        start_over(out)
     trained = train_model(cell, out, dataset, device, progress=not args.no_progress)
     val = trained.info["val_accuracy"]
     print(f"trained {cell.label} in {trained.info['train_seconds']:.0f} s: "
