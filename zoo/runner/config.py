@@ -43,6 +43,7 @@ import tomllib
 
 from zoo.errors import HyperParameterError, UnknownNameError, ZooError
 from zoo.method import resolve_hparams
+from zoo.runner.validate import check_settings
 
 SETTINGS: dict[str, Any] = {
     "description": "",
@@ -173,6 +174,7 @@ def _check_setting(key: str, value: Any, where: str) -> Any:
     if not ok:
         raise SuiteError(f"{where}: setting {key}={value!r} must be a {type(default).__name__} "
                          f"like its default {default!r}")
+    check_settings({key: value}, where)
     return value
 
 
