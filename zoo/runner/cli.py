@@ -45,7 +45,9 @@ def bench_cmd(args: argparse.Namespace) -> int:
     """Run a benchmark suite (default: quick) into a results folder and print its table."""
     from zoo.runner.bench import run_suite
     from zoo.runner.report import markdown, write_report
+    from zoo.runner.validate import check_settings
 
+    check_settings({"workers": args.workers}, "--workers")
     out = args.out or Path("results") / f"{args.suite}-{time.strftime('%Y%m%d-%H%M%S')}"
     methods = args.methods.split(",") if args.methods else None
     outcome = run_suite(args.suite, out=out, data_dir=args.data_dir, device=args.device,
@@ -94,7 +96,11 @@ def train_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.cell import DatasetCache
     from zoo.runner.config import Cell, SuiteError, parse_value
     from zoo.runner.train import start_over, train_model
+    from zoo.runner.validate import check_settings
 
+    check_settings({"ways": args.way, "shots": args.shot, "train_episodes": args.episodes,
+                    "train_query": args.query, "val_episodes": args.val_episodes,
+                    "val_every": args.val_every}, "zoo train")
     cls = registry().get("methods", args.method)
     given = {}
     for item in args.sets:
@@ -147,7 +153,10 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.config import Cell
     from zoo.runner.evaluate import check_compatible, evaluate, summarise
     from zoo.runner.train import build_for_cell, load_run
+    from zoo.runner.validate import check_settings
 
+    check_settings({"ways": args.way, "shots": args.shot, "query": args.query,
+                    "test_episodes": args.episodes}, "zoo evaluate")
     device = resolve_device(args.device)
     config, blob = load_run(args.run, device)
     way, shot = args.way or config["way"], args.shot or config["train_shot"]
