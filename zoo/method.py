@@ -106,13 +106,18 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
 
 
 def resolve_hparams(cls: type[Method], given: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults overridden by ``given``; unknown keys are an error listing the known ones."""
+    """Defaults overridden by ``given``; unknown keys are an error listing the known ones, and
+    impossible values (a negative learning rate) are refused."""
+    from zoo.runner.validate import check_hparams
+
     defaults = cls.all_defaults()
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise HyperParameterError(f"method {cls.name!r} has no hyper-parameter(s) {unknown}; "
                                   f"known: {sorted(defaults)}")
-    return {k: _coerce(k, given[k], d) if k in given else d for k, d in defaults.items()}
+    resolved = {k: _coerce(k, given[k], d) if k in given else d for k, d in defaults.items()}
+    check_hparams(resolved, f"method {cls.name!r}")
+    return resolved
 
 
 def build_method(name: str, *, way: int, in_channels: int, image_size: int,
