@@ -22,6 +22,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_a_crafted_model_file_is_refused_without_running_it(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "model.pt"
