@@ -226,8 +226,8 @@ def _clash(reg: Registry, record: PluginRecord, entries: dict[str, dict[str, Any
             if name in reg._items[kind]:
                 holder = next(r for r in reg.plugins if r.name == reg._owner[kind][name])
                 return (f"{_SINGULAR[kind]} {name!r} is already registered by plugin "
-                        f"{holder.name!r} ({_dist(holder)}); {_dist(record)} may not replace it: "
-                        "rename its component")
+                        f"{holder.name!r} ({_dist(holder)}); plugin {record.name!r} ({_dist(record)}) "
+                        "may not replace it: rename its component")
             others = [r for r in claims[kind, name] if r is not record]
             if others:
                 both = " and ".join(f"plugin {r.name!r} ({_dist(r)})" for r in [record, *others])
