@@ -268,7 +268,9 @@ def test_third_party_plugin_installs_runs_and_uninstalls(tmp_path):
         (src / rel).write_text(textwrap.dedent(text))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--no-build-isolation", "--target", str(site), str(src)], check=True)
-    env = {**__import__("os").environ, "PYTHONPATH": str(site), "ZOO_STRICT_PLUGINS": "1"}
+    os = __import__("os")
+    env = {**os.environ, "ZOO_STRICT_PLUGINS": "1",
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
     def use() -> dict:
         out = subprocess.run([sys.executable, "-c", USE_IT], env=env, capture_output=True,
