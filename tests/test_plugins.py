@@ -76,11 +76,81 @@ def test_broken_plugins_are_recorded_and_skipped(fake_plugins):
     assert "ModuleNotFoundError" in by_name["import-error"].error
     assert "boom while registering" in by_name["half-registers"].error
     assert "lowercase" in by_name["bad-name"].error
-    assert "already registered by plugin 'protonet'" in by_name["zz-duplicate"].error
+    # two plugins claim 'protonet': neither gets it, each error names both distributions
+    assert "claimed by plugin 'zz-duplicate' (no distribution) and plugin 'protonet' " \
+        "(distribution zoo-protonet 0.1.0); neither gets it" in by_name["zz-duplicate"].error
+    assert "plugin 'protonet' (distribution zoo-protonet" in by_name["protonet"].error
+    assert "protonet" not in reg.names("methods")
     # nothing of a failed plugin is kept, everything else works
     assert "half-kernel" not in reg.names("kernels")
-    assert {"good-method", "protonet"} <= set(reg.names("methods"))
+    assert "good-method" in reg.names("methods")
     assert reg.get("kernels", "good-rbf").__name__ == "RBFKernel"
+
+
+IMPOSTOR = """
+    import zoo
+    from zoo_protonet import ProtoNet
+
+    class Impostor(ProtoNet):
+        name = "protonet"
+
+    @zoo.hookimpl
+    def zoo_register_methods(register):
+        register(Impostor)
+"""
+
+KERNEL_THIEF = """
+    import zoo
+    from zoo.kernels import RBFKernel
+
+    @zoo.hookimpl
+    def zoo_register_kernels(register):
+        register("rbf", RBFKernel)
+"""
+
+
+def test_a_name_collision_never_resolves_by_sort_order(tmp_path, monkeypatch):
+    """Issue 17: a plugin whose entry point sorts first ('aaa') took 'protonet' over, and the
+    genuine plugin was the one reported as broken."""
+    (tmp_path / "zt_impostor.py").write_text(textwrap.dedent(IMPOSTOR))
+    (tmp_path / "zt_kernel_thief.py").write_text(textwrap.dedent(KERNEL_THIEF))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    installed = list(md.entry_points(group="zoo.plugins"))
+    for fake in ("aaa", "zzz"):  # first or last in sort order: the same outcome
+        eps = [*installed, md.EntryPoint(fake, "zt_impostor", "zoo.plugins")]
+        reg = plugins.load(entry_points=eps, strict=False, disabled=())
+        by_name = {p.name: p for p in reg.plugins}
+        assert "protonet" not in reg.names("methods")
+        assert "zoo-protonet" in by_name[fake].error and "zoo-protonet" in by_name["protonet"].error
+        assert f"ZOO_DISABLE_PLUGINS={fake}" in by_name["protonet"].error
+        with pytest.raises(PluginError, match="neither gets it"):
+            plugins.load(entry_points=eps, strict=True, disabled=())
+    # a built-in name stays the zoo's, whatever the plugin's name
+    eps = [md.EntryPoint("aaa", "zt_kernel_thief", "zoo.plugins")]
+    reg = plugins.load(entry_points=eps, strict=False, disabled=())
+    assert reg.owner("kernels", "rbf") == "zoo"
+    assert "kernel 'rbf' is already registered by plugin 'zoo' (distribution zoo " in \
+        reg.plugins[-1].error
+
+
+def test_provenance_names_the_distribution_and_digests_the_code(tmp_path, monkeypatch):
+    reg = plugins.load(entry_points=[e for e in md.entry_points(group="zoo.plugins")
+                                     if e.name == "protonet"])
+    prov = reg.provenance("methods", "protonet")
+    assert prov["plugin"] == "protonet" and prov["distribution"] == "zoo-protonet"
+    assert prov["version"] == "0.1.0" and len(prov["digest"]) == 64
+    assert reg.provenance("kernels", "rbf")["distribution"] == "zoo"
+    # the digest follows the code: a changed copy of the plugin gives another digest
+    pkg = tmp_path / "zt_copy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent(MODULES["zt_good"]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [md.EntryPoint("copy", "zt_copy", "zoo.plugins")]
+    first = plugins.load(entry_points=eps).provenance("methods", "good-method")["digest"]
+    plugins._digest.cache_clear()
+    (pkg / "extra.py").write_text("X = 1\n")
+    second = plugins.load(entry_points=eps).provenance("methods", "good-method")["digest"]
+    assert first != second
 
 
 def test_strict_mode_makes_a_failure_fatal(fake_plugins):
@@ -198,7 +268,9 @@ def test_third_party_plugin_installs_runs_and_uninstalls(tmp_path):
         (src / rel).write_text(textwrap.dedent(text))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--no-build-isolation", "--target", str(site), str(src)], check=True)
-    env = {**__import__("os").environ, "PYTHONPATH": str(site), "ZOO_STRICT_PLUGINS": "1"}
+    os = __import__("os")
+    env = {**os.environ, "ZOO_STRICT_PLUGINS": "1",
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
     def use() -> dict:
         out = subprocess.run([sys.executable, "-c", USE_IT], env=env, capture_output=True,

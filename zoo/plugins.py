@@ -1,20 +1,33 @@
 """The plugin host: loads every ``zoo.plugins`` entry point in isolation and collects what it registers.
 
 A plugin that fails to import or to register is recorded with its error and skipped; nothing it
-registered before failing is kept. Entry points load in name order; a plugin that registers a
-name another plugin already holds is rejected whole. ``ZOO_STRICT_PLUGINS=1`` turns any failure into a
+registered before failing is kept. ``ZOO_STRICT_PLUGINS=1`` turns any failure into a
 :class:`~zoo.errors.PluginError`; ``ZOO_DISABLE_PLUGINS=a,b`` blocks plugins by entry-point name.
+
+Names are never resolved by load order. The zoo's built-ins keep their names; a name claimed by
+two plugins goes to neither, and both are refused with an error that names both distributions.
+Nothing a process can see tells the genuine claimant from the impostor: entry-point names are
+chosen by whoever publishes the plugin (the old "first in sort order wins" let ``aaa`` take
+``protonet``), and install times change with every upgrade or reinstall. Refusing both makes a
+collision loud and leaves the choice to the user (uninstall one, or ``ZOO_DISABLE_PLUGINS``).
+
+:meth:`Registry.provenance` says which distribution, version and code (a SHA-256 over the source
+files of the providing packages) stands behind a name, so that results can carry it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
 import logging
 import os
 import re
+import sys
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -55,6 +68,7 @@ class Registry:
     def __init__(self) -> None:
         self._items: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
         self._owner: dict[str, dict[str, str]] = {k: {} for k in KINDS}
+        self._modules: dict[str, ModuleType] = {}
         self.plugins: list[PluginRecord] = []
 
     def get(self, kind: str, name: str) -> Any:
@@ -70,13 +84,31 @@ class Registry:
         self.get(kind, name)
         return self._owner[kind][name]
 
+    def provenance(self, kind: str, name: str) -> dict[str, str | None]:
+        """Who provides ``name``: plugin, distribution, version, and ``digest``, a SHA-256 over
+        the source files of the plugin's package and of the package that defines the component.
+
+        Put into a result (and a cell's identity), it makes a result depend on the code that
+        produced it: a different plugin behind the same name gives a different cell.
+        """
+        obj = self.get(kind, name)
+        plugin = self._owner[kind][name]
+        record = next((r for r in self.plugins if r.name == plugin), None)
+        module = self._modules.get(plugin)
+        packages = {module.__name__ if module else "",
+                    getattr(obj, "__module__", None) or ""}
+        top = tuple(sorted({p.partition(".")[0] for p in packages} - {""}))
+        return {"plugin": plugin, "distribution": record.distribution if record else None,
+                "version": record.version if record else None, "digest": _digest(top)}
+
     def items(self, kind: str) -> dict[str, Any]:
         return dict(self._items[kind])
 
     # -- loading -------------------------------------------------------------------------------
 
-    def add_plugin(self, pm: pluggy.PluginManager, module: ModuleType, record: PluginRecord) -> None:
-        """Call one plugin's hooks into a staging area; merge only if all of them succeed."""
+    def stage(self, pm: pluggy.PluginManager, module: ModuleType,
+              record: PluginRecord) -> dict[str, dict[str, Any]] | None:
+        """Call one plugin's hooks into a staging area; ``None`` (and ``record.error``) on failure."""
         staged: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
         record.hooks = sorted(h for h in hookspecs.HOOKS.values() if hasattr(module, h))
         pm.register(module, name=record.name)
@@ -85,16 +117,14 @@ class Registry:
                 for impl in getattr(pm.hook, hook).get_hookimpls():
                     if impl.plugin is module:
                         impl.function(register=self._stager(kind, staged[kind]))
-            for kind, entries in staged.items():
-                for name in entries:
-                    if name in self._items[kind]:
-                        raise PluginError(
-                            f"{_SINGULAR[kind]} {name!r} is already registered by plugin "
-                            f"{self._owner[kind][name]!r}; rename one of them")
         except Exception as exc:  # isolation: a broken plugin must not take the host down
             pm.unregister(module)
             record.error = _describe(exc)
-            return
+            return None
+        self._modules[record.name] = module
+        return staged
+
+    def merge(self, record: PluginRecord, staged: dict[str, dict[str, Any]]) -> None:
         for kind, entries in staged.items():
             self._items[kind].update(entries)
             self._owner[kind].update(dict.fromkeys(entries, record.name))
@@ -138,12 +168,14 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
     reg = Registry()
 
     core = PluginRecord("zoo", "zoo", _version("zoo"))
-    reg.add_plugin(pm, builtins, core)
     reg.plugins.append(core)
-    if core.error:
+    staged_core = reg.stage(pm, builtins, core)
+    if staged_core is None:
         raise PluginError(f"the zoo's own components failed to register: {core.error}")
+    reg.merge(core, staged_core)
 
     eps = md.entry_points(group=hookspecs.ENTRY_POINT_GROUP) if entry_points is None else entry_points
+    staged: list[tuple[PluginRecord, ModuleType, dict[str, dict[str, Any]]]] = []
     seen: set[str] = set()
     for ep in sorted(eps, key=lambda e: e.name):
         if ep.name in seen:
@@ -160,13 +192,74 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
         except Exception as exc:  # isolation, as above
             record.error = _describe(exc)
         else:
-            reg.add_plugin(pm, module, record)
+            entries = reg.stage(pm, module, record)
+            if entries is not None:
+                staged.append((record, module, entries))
+
+    claims: dict[tuple[str, str], list[PluginRecord]] = {}
+    for record, _, entries in staged:
+        for kind, names in entries.items():
+            for name in names:
+                claims.setdefault((kind, name), []).append(record)
+    for record, module, entries in staged:
+        clash = _clash(reg, record, entries, claims)
+        if clash:
+            pm.unregister(module)
+            record.error = clash
+        else:
+            reg.merge(record, entries)
+
+    for record in reg.plugins:
         if record.error:
-            log.warning("plugin %r skipped: %s", ep.name, record.error)
+            log.warning("plugin %r skipped: %s", record.name, record.error)
             if strict:
-                raise PluginError(f"plugin {ep.name!r} failed ({record.error}); "
+                raise PluginError(f"plugin {record.name!r} failed ({record.error}); "
                                   "unset ZOO_STRICT_PLUGINS to skip it instead")
     return reg
+
+
+def _clash(reg: Registry, record: PluginRecord, entries: dict[str, dict[str, Any]],
+           claims: dict[tuple[str, str], list[PluginRecord]]) -> str | None:
+    """Why ``record`` may not have its names: one is built in or claimed by another plugin."""
+    for kind, names in entries.items():
+        for name in sorted(names):
+            if name in reg._items[kind]:
+                holder = next(r for r in reg.plugins if r.name == reg._owner[kind][name])
+                return (f"{_SINGULAR[kind]} {name!r} is already registered by plugin "
+                        f"{holder.name!r} ({_dist(holder)}); plugin {record.name!r} ({_dist(record)}) "
+                        "may not replace it: rename its component")
+            others = [r for r in claims[kind, name] if r is not record]
+            if others:
+                both = " and ".join(f"plugin {r.name!r} ({_dist(r)})" for r in [record, *others])
+                return (f"{_SINGULAR[kind]} {name!r} is claimed by {both}; neither gets it. "
+                        "Uninstall one of them or block one with ZOO_DISABLE_PLUGINS="
+                        f"{others[0].name}")
+    return None
+
+
+def _dist(record: PluginRecord) -> str:
+    if record.distribution is None:
+        return "no distribution"
+    return f"distribution {record.distribution} {record.version}"
+
+
+@cache
+def _digest(packages: tuple[str, ...]) -> str:
+    """SHA-256 over the ``.py`` files of imported top-level ``packages`` (path and bytes)."""
+    h = hashlib.sha256()
+    for package in packages:
+        module = sys.modules.get(package)
+        if module is None:
+            continue
+        roots = [Path(p) for p in getattr(module, "__path__", [])]
+        if not roots and getattr(module, "__file__", None):
+            roots = [Path(module.__file__)]
+        for root in roots:
+            files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+            for file in files:
+                h.update(f"{package}/{file.relative_to(root.parent).as_posix()}\0".encode())
+                h.update(file.read_bytes())
+    return h.hexdigest()
 
 
 def _version(dist: str) -> str | None:

@@ -89,7 +89,7 @@ def test_download_is_verified_and_renamed_into_place(server, tmp_path, digest):
     r = Resource("file.bin", f"{server}/file.bin", **digest)
     path = ensure_file(r, tmp_path, dataset="toy", download=True)
     assert path == tmp_path / "file.bin" and path.read_bytes() == PAYLOAD
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.bin", "file.bin.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]  # no lock file here
     assert ensure_file(r, tmp_path, dataset="toy", download=False) == path  # found, not fetched
 
 
@@ -203,3 +203,17 @@ def test_module_has_no_network_default(tmp_path):
     """A resource without a URL is never downloaded; the error says to put it there by hand."""
     with pytest.raises(DataMissingError, match="by hand"):
         ensure_file(Resource("runs.zip"), Path(tmp_path), dataset="toy", download=True)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/file.bin", "{server}/missing.bin"])
+def test_a_failed_download_names_the_target_and_leaves_nothing_behind(server, tmp_path,
+                                                                        monkeypatch, url):
+    """Issue 17: a missing --data-dir was created and left with a stray .lock after a failed
+    download, and the message did not say where the file should go."""
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    data_dir = tmp_path / "data" / "omniglot"
+    r = Resource("file.bin", url.format(server=server), sha256=SHA256)
+    with pytest.raises(ZooError) as info:
+        ensure_file(r, data_dir, dataset="toy", download=True)
+    assert str(data_dir / "file.bin") in str(info.value)
+    assert not (tmp_path / "data").exists()

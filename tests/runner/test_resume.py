@@ -71,7 +71,7 @@ def test_killed_suite_resumes_and_loses_nothing(tmp_path):
     assert not list(out.glob("cells/*/done")), "killed too late to test anything"
     import torch
 
-    stopped_at = torch.load(checkpoint, weights_only=False)["state"]["episode"]
+    stopped_at = torch.load(checkpoint, weights_only=True)["state"]["episode"]
     assert 0 < stopped_at < LONGER["train_episodes"]
 
     outcome = run_suite(tiny_suite(**LONGER), out=out, device="cpu", progress=False)

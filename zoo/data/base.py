@@ -7,6 +7,8 @@ one tensor (small sets; movable to the GPU so episodes are sampled on the device
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +20,8 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from zoo.errors import EpisodeError, ZooError
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 
@@ -36,6 +40,35 @@ def cache_root() -> Path:
     if os.environ.get("ZOO_CACHE"):
         return Path(os.environ["ZOO_CACHE"]).expanduser()
     return Path(platformdirs.user_cache_dir("zoo")) / "cache"
+
+
+def cached_blob(path: Path, build: Callable[[], dict]) -> dict:
+    """The tensors ``build()`` makes, saved at ``path`` with the SHA-256 of the file beside it
+    (``path.sha256``). A cache whose bytes do not match that digest (flipped or truncated) or that
+    cannot be read is rebuilt with a warning that names it: a derived file is cheap to remake and
+    must never be used when it is not what was written. A cache without a digest (an older zoo's,
+    or a write killed in between) is used if it reads, and its digest written."""
+    from zoo.io import atomic_save, atomic_write_text, load_checkpoint
+
+    digest_path = path.with_name(path.name + ".sha256")
+    if path.exists():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        stored = digest_path.read_text().strip() if digest_path.exists() else None
+        problem = "does not match its stored digest"
+        if stored in (None, digest):
+            try:
+                blob = load_checkpoint(path)
+            except ZooError as exc:
+                problem = str(exc)
+            else:
+                if stored is None:
+                    atomic_write_text(digest_path, digest + "\n")
+                return blob
+        log.warning("cache %s %s; rebuilding it", path, problem)
+    blob = build()
+    atomic_save(blob, path)
+    atomic_write_text(digest_path, hashlib.sha256(path.read_bytes()).hexdigest() + "\n")
+    return blob
 
 
 class FewShotDataset(ABC):

@@ -1,7 +1,8 @@
 """Getting data files: find them in the data directory, else download them, always checksummed.
 
-A download goes to ``<name>.part`` beside its destination, under a lock file so that two processes
-never write the same part file. An interrupted download leaves only the part file; the next attempt
+A download goes to ``<name>.part`` beside its destination, under a lock (in the cache directory, not
+among the data) so that two processes never write the same part file; a failed download leaves no
+directory it created empty behind. An interrupted download leaves only the part file; the next attempt
 asks the server for the rest (an HTTP range request) and starts over when the server cannot resume.
 The finished file is checked against its published digest and only then renamed into place, so a
 file under its real name is always complete and verified. A server that answers with an HTML page
@@ -13,6 +14,7 @@ links are refused, and members land in a temporary directory that is renamed int
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import logging
@@ -122,9 +124,29 @@ def fetch(resource: Resource, path: Path) -> Path:
     """Download ``resource`` to ``path`` (resuming a ``.part`` file), verify, rename into place."""
     if resource.url is None:
         raise ValueError(f"{resource.filename} has no URL")
+    created = [d for d in [path.parent, *path.parent.parents] if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _fetch_locked(resource, path)
+    except BaseException:
+        for d in created:  # innermost first; only what is still empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+
+
+def _lock(path: Path) -> FileLock:
+    from zoo.data.base import cache_root
+
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    locks = cache_root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(locks / f"{path.name}-{key}.lock"))
+
+
+def _fetch_locked(resource: Resource, path: Path) -> Path:
     part = path.with_name(path.name + ".part")
-    with FileLock(str(path.with_name(path.name + ".lock"))):
+    with _lock(path):
         if path.exists():  # another process finished it while we waited for the lock
             verify(path, resource)
             return path
@@ -150,6 +172,7 @@ def fetch(resource: Resource, path: Path) -> Path:
 def _download(url: str, part: Path) -> None:
     """Write ``url`` into ``part``, continuing from its current size when the server allows it."""
     offset = part.stat().st_size if part.exists() else 0
+    target = part.with_name(part.name.removesuffix(".part"))
     request = urllib.request.Request(url, headers={"User-Agent": "zoo-data/1"})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
@@ -160,16 +183,17 @@ def _download(url: str, part: Path) -> None:
             part.unlink()
             return _download(url, part)
         raise ZooError(f"downloading {url} failed: HTTP {exc.code} {exc.reason}. Check the "
-                       "address and your network, or download the file by hand.") from exc
+                       f"address and your network, or download the file by hand to {target}."
+                       ) from exc
     except urllib.error.URLError as exc:
         raise ZooError(f"cannot reach {url}: {exc.reason}. Without a network, download the file "
-                       "elsewhere and put it in the data directory.") from exc
+                       f"elsewhere and put it at {target}.") from exc
     with response:
         resumed = offset and response.status == 206
         content_type = response.headers.get("Content-Type", "")
         if content_type.startswith("text/html"):
             raise ZooError(f"{url} served an HTML page ({content_type}) instead of the file. "
-                           "Download it by hand in a browser and put it in the data directory.")
+                           f"Download it by hand in a browser and put it at {target}.")
         expected = response.headers.get("Content-Length")
         with open(part, "ab" if resumed else "wb") as out:
             start = out.tell()

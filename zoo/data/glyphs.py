@@ -22,8 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from zoo.data.base import TensorDataset, cache_root
-from zoo.io import atomic_save
+from zoo.data.base import TensorDataset, cache_root, cached_blob
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +132,13 @@ def _cache_path() -> Path:
 def load_glyphs(data_dir: str | os.PathLike | None = None, download: bool = True) -> TensorDataset:
     """Omniglot-like characters rendered from matplotlib's fonts (default data, no download)."""
     path = _cache_path()
-    if path.exists():
-        blob = torch.load(path, weights_only=True)
-    else:
+
+    def render() -> dict:
         log.info("rendering the glyphs data set once into %s", path)
         x, y, names, alphabets = render_glyphs()
-        blob = {"images": x, "labels": y, "names": names, "alphabets": alphabets}
-        atomic_save(blob, path)
+        return {"images": x, "labels": y, "names": names, "alphabets": alphabets}
+
+    blob = cached_blob(path, render)
     splits: dict[str, list[int]] = {"train": [], "val": [], "test": []}
     for c, alphabet in enumerate(blob["alphabets"]):
         splits[SPLIT_OF_ALPHABET[alphabet]].append(c)

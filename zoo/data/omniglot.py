@@ -34,11 +34,10 @@ from pathlib import Path
 
 import torch
 
-from zoo.data.base import cache_root, data_root
+from zoo.data.base import cache_root, cached_blob, data_root
 from zoo.data.characters import SIZE, CharacterDataset, decode_all
 from zoo.data.download import Resource, ensure_file, file_digest
 from zoo.errors import ZooError
-from zoo.io import atomic_save
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +110,12 @@ def cached_zip(path: Path, resource: Resource | None, size: int = SIZE) -> Decod
     algorithm, digest = resource.digest if resource and resource.digest else ("sha256", None)
     digest = digest or file_digest(path, algorithm)
     cache = cache_root() / f"omniglot-{path.stem}-{digest[:16]}-{size}px-v{DECODE_VERSION}.pt"
-    if cache.exists():
-        return DecodedZip(**torch.load(cache, weights_only=True))
-    log.info("decoding %s once into %s", path, cache)
-    decoded = read_zip(path, size)
-    atomic_save(decoded.to_blob(), cache)
-    return decoded
+
+    def decode() -> dict:
+        log.info("decoding %s once into %s", path, cache)
+        return read_zip(path, size).to_blob()
+
+    return DecodedZip(**cached_blob(cache, decode))
 
 
 def find_archive(root: Path, resource: Resource, *, dataset: str, download: bool,

@@ -113,10 +113,11 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
         raise SuiteError(f"suite {suite.name!r}: entry {spec!r} cannot be loaded ({exc}); is the "
                          "plugin that provides it installed?") from exc
     results = Results.open(out)
-    results.save_suite(suite.to_json())
-    target = out / "experiments" / suite.name
-    target.mkdir(parents=True, exist_ok=True)
-    function(target, data_dir, device, dict(suite.entry_settings))
+    with results.writer():
+        results.save_suite(suite.to_json())
+        target = out / "experiments" / suite.name
+        target.mkdir(parents=True, exist_ok=True)
+        function(target, data_dir, device, dict(suite.entry_settings))
     return target
 
 
@@ -136,49 +137,50 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
     datasets = DatasetCache(data_dir, device)
     check_requirements(suite, device, data_dir, datasets)
     results = Results.open(out)
-    results.sync_results()
-    if force:
-        for cell in cells:
-            results.remove_cell(cell.hash, cell.train_hash)
-    results.save_suite(suite.to_json())
-    outcome = BenchOutcome(out, cells)
-    todo = [c for c in cells if not results.is_done(c.hash)]
-    outcome.skipped = len(cells) - len(todo)
-    units: dict[str, list[Cell]] = defaultdict(list)
-    for cell in todo:
-        units[cell.train_hash].append(cell)
-    log.info("suite %s: %d cells (%d done before), %d trainings, %s, device %s, into %s",
-             suite.name, len(cells), outcome.skipped, len(units), executor, device, out)
-    bar = tqdm(total=len(cells), initial=outcome.skipped, desc=f"suite {suite.name}", unit="cell",
-               disable=not progress, file=sys.stderr)
-    started = time.perf_counter()
+    with results.writer():
+        results.sync_results()
+        if force:
+            for cell in cells:
+                results.remove_cell(cell.hash, cell.train_hash)
+        results.save_suite(suite.to_json())
+        outcome = BenchOutcome(out, cells)
+        todo = [c for c in cells if not results.is_done(c.hash)]
+        outcome.skipped = len(cells) - len(todo)
+        units: dict[str, list[Cell]] = defaultdict(list)
+        for cell in todo:
+            units[cell.train_hash].append(cell)
+        log.info("suite %s: %d cells (%d done before), %d trainings, %s, device %s, into %s",
+                 suite.name, len(cells), outcome.skipped, len(units), executor, device, out)
+        bar = tqdm(total=len(cells), initial=outcome.skipped, desc=f"suite {suite.name}", unit="cell",
+                   disable=not progress, file=sys.stderr)
+        started = time.perf_counter()
 
-    def on_done(unit_outcomes: list[Outcome]) -> None:
-        for o in unit_outcomes:
-            if o.result is not None:
-                results.add_result(o.result)
-                outcome.finished.append(o)
-                r = o.result
-                line = (f"done   {o.label}: accuracy {100 * r['accuracy']:.1f} "
-                        f"+- {100 * r['ci95']:.1f}%, ECE {100 * r['ece']:.1f}% "
-                        f"(calibrated {100 * r['ece_calibrated']:.1f}%), "
-                        f"train {r['train_seconds']:.0f}s, "
-                        f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
-            else:
-                outcome.failed.append(o)
-                line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"
-            bar.update(1)
-            tqdm.write(line, file=sys.stderr)
+        def on_done(unit_outcomes: list[Outcome]) -> None:
+            for o in unit_outcomes:
+                if o.result is not None:
+                    results.add_result(o.result)
+                    outcome.finished.append(o)
+                    r = o.result
+                    line = (f"done   {o.label}: accuracy {100 * r['accuracy']:.1f} "
+                            f"+- {100 * r['ci95']:.1f}%, ECE {100 * r['ece']:.1f}% "
+                            f"(calibrated {100 * r['ece_calibrated']:.1f}%), "
+                            f"train {r['train_seconds']:.0f}s, "
+                            f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+                else:
+                    outcome.failed.append(o)
+                    line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"
+                bar.update(1)
+                tqdm.write(line, file=sys.stderr)
 
-    if executor == "ray":
-        runner: Any = RayExecutor(out, data_dir, device, workers, address)
-    else:
-        runner = LocalExecutor(out, data_dir, device, workers, progress, datasets)
-    try:
-        runner.run(list(units.values()), on_done)
-    finally:
-        bar.close()
-    log.info("suite %s: %d cells finished, %d failed, %d skipped in %.0f s", suite.name,
-             len(outcome.finished), len(outcome.failed), outcome.skipped,
-             time.perf_counter() - started)
+        if executor == "ray":
+            runner: Any = RayExecutor(out, data_dir, device, workers, address)
+        else:
+            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets)
+        try:
+            runner.run(list(units.values()), on_done)
+        finally:
+            bar.close()
+        log.info("suite %s: %d cells finished, %d failed, %d skipped in %.0f s", suite.name,
+                 len(outcome.finished), len(outcome.failed), outcome.skipped,
+                 time.perf_counter() - started)
     return outcome

@@ -133,7 +133,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: FewShotDataset,
         "selection": info["selection"], "skipped_steps": info["skipped_steps"],
         "counters": trained.method.counters(), "hparams": dict(trained.method.hparams),
         "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],
-        "config_hash": cell.hash, "config": cell.config(),
+        "config_hash": cell.hash, "config": cell.config(), "provenance": cell.provenance,
     }
     if cell.variant:
         result["variant"] = cell.variant

@@ -45,7 +45,9 @@ def bench_cmd(args: argparse.Namespace) -> int:
     """Run a benchmark suite (default: quick) into a results folder and print its table."""
     from zoo.runner.bench import run_suite
     from zoo.runner.report import markdown, write_report
+    from zoo.runner.validate import check_settings
 
+    check_settings({"workers": args.workers}, "--workers")
     out = args.out or Path("results") / f"{args.suite}-{time.strftime('%Y%m%d-%H%M%S')}"
     methods = args.methods.split(",") if args.methods else None
     outcome = run_suite(args.suite, out=out, data_dir=args.data_dir, device=args.device,
@@ -78,6 +80,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-every", type=int, default=250)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<name>)")
+    p.add_argument("--force", action="store_true",
+                   help="train again in --out, deleting the model trained there before")
     _device_arg(p)
     _set_arg(p, "a hyper-parameter of the method (repeatable)")
     p.add_argument("--no-progress", action="store_true")
@@ -91,8 +95,12 @@ def train_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
     from zoo.runner.config import Cell, SuiteError, parse_value
-    from zoo.runner.train import train_model
+    from zoo.runner.train import start_over, train_model
+    from zoo.runner.validate import check_settings
 
+    check_settings({"ways": args.way, "shots": args.shot, "train_episodes": args.episodes,
+                    "train_query": args.query, "val_episodes": args.val_episodes,
+                    "val_every": args.val_every}, "zoo train")
     cls = registry().get("methods", args.method)
     given = {}
     for item in args.sets:
@@ -108,10 +116,13 @@ def train_cmd(args: argparse.Namespace) -> int:
                 way=args.way, shot=args.shot, train_shot=args.shot, query=15,
                 train_query=args.query, seed=args.seed,
                 train_episodes=args.episodes, val_episodes=args.val_episodes,
-                val_every=args.val_every, test_episodes=0)
+                val_every=args.val_every, test_episodes=0,
+                provenance=registry().provenance("methods", args.method))
     out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
                                       f"{cell.train_hash[:8]}")
     dataset = DatasetCache(args.data_dir, device).get(args.dataset)
+    if args.force:
+        start_over(out)
     trained = train_model(cell, out, dataset, device, progress=not args.no_progress)
     val = trained.info["val_accuracy"]
     print(f"trained {cell.label} in {trained.info['train_seconds']:.0f} s: "
@@ -125,8 +136,9 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True)
     p.add_argument("--way", type=int, default=None, help="default: the trained way")
     p.add_argument("--shot", type=int, default=None, help="default: the trained shot")
-    p.add_argument("--query", type=int, default=15)
-    p.add_argument("--episodes", type=int, default=600)
+    p.add_argument("--query", type=int, default=15, help="queries per class (default: %(default)s)")
+    p.add_argument("--episodes", type=int, default=600,
+                   help="test episodes (default: %(default)s, the usual few-shot protocol)")
     p.add_argument("--seed", type=int, default=None, help="episode seed (default: the run's)")
     _device_arg(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -141,7 +153,10 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.config import Cell
     from zoo.runner.evaluate import check_compatible, evaluate, summarise
     from zoo.runner.train import build_for_cell, load_run
+    from zoo.runner.validate import check_settings
 
+    check_settings({"ways": args.way, "shots": args.shot, "query": args.query,
+                    "test_episodes": args.episodes}, "zoo evaluate")
     device = resolve_device(args.device)
     config, blob = load_run(args.run, device)
     way, shot = args.way or config["way"], args.shot or config["train_shot"]

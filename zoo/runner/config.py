@@ -43,6 +43,7 @@ import tomllib
 
 from zoo.errors import HyperParameterError, UnknownNameError, ZooError
 from zoo.method import resolve_hparams
+from zoo.runner.validate import check_settings
 
 SETTINGS: dict[str, Any] = {
     "description": "",
@@ -173,6 +174,7 @@ def _check_setting(key: str, value: Any, where: str) -> Any:
     if not ok:
         raise SuiteError(f"{where}: setting {key}={value!r} must be a {type(default).__name__} "
                          f"like its default {default!r}")
+    check_settings({key: value}, where)
     return value
 
 
@@ -267,7 +269,11 @@ def select_methods(suite: Suite, only: Iterable[str] | None = None) -> list[str]
 @dataclass(frozen=True)
 class Cell:
     """One model (method, hyper-parameters, training data, shape of episodes, seed) scored on one
-    test data set. ``checkpoint_every`` and ``max_bad_steps`` are not part of its identity."""
+    test data set. ``checkpoint_every`` and ``max_bad_steps`` are not part of its identity.
+
+    ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
+    version, code digest) is: a result made by other code under the same name is another cell.
+    """
 
     method: str
     hparams: dict[str, Any]
@@ -288,19 +294,22 @@ class Cell:
     checkpoint_every: int = 50
     max_bad_steps: int = 20
     variant: str = ""
+    provenance: dict[str, Any] | None = None
 
     TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "way", "train_shot",
-                  "train_query", "seed", "train_episodes", "val_episodes", "val_every")
+                  "train_query", "seed", "train_episodes", "val_episodes", "val_every",
+                  "provenance")
 
     def config(self) -> dict[str, Any]:
-        """The resolved configuration that names the cell (``variant`` only when set, so cells
-        without one keep the hashes they had before labels existed)."""
+        """The resolved configuration that names the cell (``variant`` and ``provenance`` only
+        when set, so cells without them keep the hashes they had before those existed)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("checkpoint_every", "max_bad_steps")
-                and (f.name != "variant" or self.variant)}
+                and (f.name not in ("variant", "provenance") or getattr(self, f.name))}
 
     def train_config(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.TRAIN_KEYS}
+        return {k: getattr(self, k) for k in self.TRAIN_KEYS
+                if k != "provenance" or self.provenance}
 
     @property
     def hash(self) -> str:
@@ -385,7 +394,8 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str]) -> list
                                 test_episodes=int(s["test_episodes"]),
                                 checkpoint_every=int(s["checkpoint_every"]),
                                 max_bad_steps=int(s["max_bad_steps"]),
-                                variant=str(s["variant"])))
+                                variant=str(s["variant"]),
+                                provenance=reg.provenance("methods", m)))
     return cells
 
 

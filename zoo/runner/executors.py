@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -31,6 +33,22 @@ def threads_per_unit(workers: int) -> int:
     return max(1, (cores or 1) // max(1, workers))
 
 
+def exit_with_parent(parent: int, every: float = 0.5) -> None:
+    """Pool worker initialiser: end this worker within ``every`` seconds of its parent's death.
+
+    A killed ``zoo bench`` would otherwise leave its workers training (and holding their CPU) for
+    the rest of their unit. A thread that polls the parent's pid is used rather than Linux's
+    ``PR_SET_PDEATHSIG``, which fires when the *thread* that started the worker ends, not the
+    process, and exists on Linux only.
+    """
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 class LocalExecutor:
     """Units one after another in this process (``workers=1``) or in a pool of processes."""
 
@@ -47,7 +65,8 @@ class LocalExecutor:
                                  self.progress, self.datasets))
             return
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(self.workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(self.workers, mp_context=context, initializer=exit_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(run_unit, list(unit), self.root, self.data_dir, self.device,
                                    threads, False) for unit in units]
             try:

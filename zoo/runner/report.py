@@ -111,7 +111,7 @@ def load_report(root: Path) -> Report:
         return entries.setdefault((method, s), Entry(method, s))
 
     done = set()
-    for r in results.results():
+    for r in results.finished():
         s = (r["train_dataset"], r["dataset"], r["way"], r["shot"])
         e = entry(row_name(r["method"], r.get("variant", "")), s)
         e.results.append(r)

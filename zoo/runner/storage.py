@@ -4,6 +4,7 @@ files of cells and trainings. Every write goes through :mod:`zoo.io` (temp file 
 ::
 
     DIR/zoo-results.json        marks the folder as ours (format version)
+    DIR/writer.lock, writer.json  the lock of the one process writing the folder, and who it is
     DIR/results.jsonl           one line per finished cell (the results contract)
     DIR/suites/<suite>.json     the resolved suite (settings, overrides, published references)
     DIR/train/<train-hash>/     config.json, checkpoint.pt, best.pt, model.pt, training.json, done
@@ -20,9 +21,12 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,9 @@ from zoo.runner.config import config_hash
 
 FORMAT = {"format": "zoo-results", "version": 1}
 MARKER = "zoo-results.json"
-TOP_LEVEL = {MARKER, "results.jsonl", "suites", "train", "cells", "report", "experiments"}
+LOCK, WRITER = "writer.lock", "writer.json"
+TOP_LEVEL = {MARKER, LOCK, WRITER, "results.jsonl", "suites", "train", "cells", "report",
+             "experiments"}
 CELL_FILES = {"config.json", "env.json", "model.pt", "training.json", "episodes.jsonl",
               "result.json", "done", "error.txt"}
 TRAIN_FILES = {"config.json", "checkpoint.pt", "best.pt", "model.pt", "training.json", "done",
@@ -48,6 +54,10 @@ class ResultsFolderError(ZooError):
     def __init__(self, path: Path, problem: str):
         super().__init__(f"{path}: {problem}; nothing in the results folder was changed. Move or "
                          "delete that file, or choose another --out")
+
+
+class ResultsFolderBusyError(ZooError):
+    """Another process is writing the results folder."""
 
 
 class Results:
@@ -125,6 +135,30 @@ class Results:
             if (run / "episodes.jsonl").exists():
                 read_jsonl(run / "episodes.jsonl")
 
+    @contextmanager
+    def writer(self) -> Iterator[Results]:
+        """Be the folder's only writer while the block runs, or raise
+        :class:`ResultsFolderBusyError` naming the process that is. Two runs appending to one
+        ``results.jsonl`` lose each other's lines; the lock is an ``flock``, so the kernel drops it
+        when its holder dies, however it dies."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(self.root / LOCK)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise ResultsFolderBusyError(
+                f"{self.root} is being written by {_holder(self.root / WRITER)}; wait for it to "
+                "finish or choose another --out (two writers lose each other's results)") from None
+        try:
+            atomic_write_json(self.root / WRITER, {
+                "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
+                "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+            yield self
+        finally:
+            (self.root / WRITER).unlink(missing_ok=True)
+            lock.release()
+
     # -- paths and states ----------------------------------------------------------------------
 
     def cell_dir(self, cell_hash: str) -> Path:
@@ -156,8 +190,16 @@ class Results:
         path = self.root / "results.jsonl"
         return list(read_jsonl(path)) if path.exists() else []
 
+    def finished(self) -> list[dict[str, Any]]:
+        """The lines of results.jsonl and of every finished cell missing there (read only: a
+        report of a folder whose results.jsonl was lost or is behind is still complete)."""
+        lines = self.results()
+        have = {r["config_hash"] for r in lines}
+        return lines + [_read_json(run / "result.json") for run in _entries(self.root / "cells")
+                        if (run / "done").exists() and run.name not in have]
+
     def add_result(self, result: dict[str, Any]) -> None:
-        """Add a finished cell's line (once; the driver process is the only writer)."""
+        """Add a finished cell's line (once; only the holder of :meth:`writer` calls this)."""
         lines = self.results()
         if any(r["config_hash"] == result["config_hash"] for r in lines):
             return
@@ -179,6 +221,16 @@ class Results:
 
     def suites(self) -> list[dict[str, Any]]:
         return [_read_json(p) for p in _entries(self.root / "suites")]
+
+
+def _holder(path: Path) -> str:
+    """Who holds a writer lock, from its ``writer.json``."""
+    try:
+        who = json.loads(path.read_text())
+        return (f"pid {who['pid']} on {who['host']} (`{' '.join(who['argv'])}`, since "
+                f"{who['since']})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
 
 
 def _entries(folder: Path) -> Iterator[Path]:

@@ -9,6 +9,7 @@ and ends with the same weights as one that never stopped.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -24,7 +25,7 @@ from tqdm.auto import tqdm
 from zoo.data.base import FewShotDataset
 from zoo.episode import EpisodeSampler
 from zoo.errors import NumericalError, ZooError
-from zoo.io import atomic_save, atomic_write_json, atomic_write_text
+from zoo.io import atomic_save, atomic_write_json, atomic_write_text, load_checkpoint
 from zoo.method import Method, build_method
 from zoo.metrics import fit_temperature
 from zoo.runner.config import Cell, parse_spec
@@ -62,8 +63,10 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every global RNG's state as tensors, numbers and tuples (loadable with weights only)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": np.random.get_state()}
+             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -72,7 +75,8 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -112,10 +116,11 @@ def validate(method: Method, cell: Cell, dataset: FewShotDataset) -> tuple[float
 def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
                 progress: bool = False) -> TrainedModel:
     """Train (or resume, or just load) the model of ``cell`` in ``folder``."""
+    check_same_config(folder, cell.train_config())
     method = build_for_cell(cell, dataset, device)
     model_path = folder / "model.pt"
     if (folder / "done").exists():
-        blob = torch.load(model_path, map_location=device, weights_only=False)
+        blob = load_checkpoint(model_path, device)
         method.load_state_dict(blob["state_dict"])
         method.eval()
         return TrainedModel(method, blob["temperature"], blob["info"])
@@ -127,7 +132,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
     seed_everything(cell.seed)
     ckpt_path, best_path = folder / "checkpoint.pt", folder / "best.pt"
     if ckpt_path.exists():
-        blob = torch.load(ckpt_path, map_location=device, weights_only=False)
+        blob = load_checkpoint(ckpt_path, device)
         method.load_state_dict(blob["model"])
         optimizer.load_state_dict(blob["optimizer"])
         state = TrainState(**blob["state"])
@@ -221,7 +226,7 @@ def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validat
         if not (folder / "best.pt").exists():
             raise ZooError(f"{cell.label}: no validated checkpoint in {folder}; delete that "
                            "folder (or use --force) to train again")
-        best = torch.load(folder / "best.pt", map_location=device, weights_only=False)
+        best = load_checkpoint(folder / "best.pt", device)
         method.load_state_dict(best["model"])
         temperature = fit_temperature(best["val_logp"], best["val_y"])
         selection = "best validation accuracy"
@@ -241,6 +246,48 @@ def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validat
     return TrainedModel(method, temperature, info)
 
 
+def check_same_config(folder: Path, config: dict[str, Any]) -> None:
+    """Refuse to resume or reuse ``folder`` if it was trained with another configuration (its
+    model would be reported under this one's name); the message lists every difference."""
+    path = folder / "config.json"
+    if not path.exists():
+        return
+    try:
+        there = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ZooError(f"{path}: cannot be read ({exc}); delete the folder to train again") from None
+    here = json.loads(json.dumps(config, default=str))
+    if there == here:
+        return
+    lines = [f"  {key}: {a!r} there, {b!r} here" for key, a, b in _differences(there, here)]
+    raise ZooError(f"{folder} holds a model trained with another configuration:\n"
+                   + "\n".join(lines) + "\nchoose another --out, or add --force to train again "
+                   "there (its model is deleted)")
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]
+    return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+def start_over(folder: Path) -> None:
+    """``zoo train --force``: delete what a training wrote in ``folder``, and nothing else."""
+    from zoo.runner.storage import TMP_RE, TRAIN_FILES
+
+    if not folder.exists():
+        return
+    foreign = [p.name for p in folder.iterdir()
+               if p.name not in TRAIN_FILES and not TMP_RE.match(p.name)]
+    if foreign or not (folder / "config.json").exists():
+        raise ZooError(f"{folder} is not a zoo training folder (it holds "
+                       f"{', '.join(sorted(foreign)) or 'no config.json'}); --force deletes "
+                       "only training folders: choose another --out")
+    for p in folder.iterdir():
+        p.unlink()
+
+
 def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The train config and ``model.pt`` blob of a run: a cell or training folder, or a model file."""
     path = Path(path)
@@ -248,10 +295,7 @@ def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not file.exists():
         raise ZooError(f"{path} holds no trained model (model.pt); train it first "
                        "(zoo train, zoo bench) or pass the folder of a finished cell")
-    try:
-        blob = torch.load(file, map_location=device, weights_only=False)
-    except Exception as exc:
-        raise ZooError(f"cannot read the model {file}: {exc}") from exc
+    blob = load_checkpoint(file, device)
     if not isinstance(blob, dict) or not {"state_dict", "config", "temperature"} <= set(blob):
         raise ZooError(f"{file} is not a zoo model file (model.pt of a cell or `zoo train`)")
     return blob["config"], blob

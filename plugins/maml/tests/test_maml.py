@@ -179,3 +179,18 @@ def test_conformance_anil():
 @pytest.mark.parametrize("name", ["maml", "fomaml", "metasgd"])
 def test_conformance_full_network_adaptation(name):
     check_method(name)
+
+
+def test_first_use_of_learn2learn_keeps_the_terminal_clean():
+    """Issue 17: learn2learn imports gym, whose import prints a multi-line deprecation notice
+    to stderr on every run; only that notice is dropped, anything else gym prints is kept."""
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings; from zoo_maml import _algorithms; "
+            "print('before', file=sys.stderr); _algorithms(); "
+            "warnings.warn('a real warning'); print('after', file=sys.stderr)")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stderr
+    assert "Gym has been unmaintained" not in err
+    assert "before" in err and "a real warning" in err and "after" in err

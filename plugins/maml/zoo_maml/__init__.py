@@ -17,6 +17,9 @@ The inner-loop base, the published settings of each protocol and ``meta_batch`` 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from importlib.util import find_spec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -42,11 +45,30 @@ if find_spec("learn2learn") is None:  # fail at plugin load, with the remedy, no
 
 
 def _algorithms() -> ModuleType:
-    """``learn2learn.algorithms``, imported on first use: learn2learn imports gym, which prints a
-    deprecation notice on import, and no zoo command that does not run MAML should show it."""
+    """``learn2learn.algorithms``, imported on first use (learn2learn imports gym)."""
+    _import_gym_without_its_notice()
     import learn2learn
 
     return learn2learn.algorithms
+
+
+def _import_gym_without_its_notice() -> None:
+    """Import gym, dropping the one deprecation notice it prints to stderr on every import (from
+    ``gym_notices``, for gym 0.26); anything else it writes there is passed on."""
+    if "gym" in sys.modules or find_spec("gym") is None:
+        return
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        import gym
+    text = captured.getvalue()
+    try:
+        from gym_notices.notices import notices
+    except ImportError:
+        notices = {}
+    notice = notices.get(getattr(gym, "__version__", None))
+    if notice:
+        text = text.replace(notice + "\n", "", 1)
+    sys.stderr.write(text)
 
 
 def _adapt(learner: l2l.algorithms.BaseLearner, support: Tensor, episode: Episode, steps: int,

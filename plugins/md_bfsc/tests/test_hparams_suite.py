@@ -92,7 +92,7 @@ def test_tiny_study_end_to_end_and_resume(tmp_path: Path, monkeypatch):
     kinds = {"kernel=POL2": PolynomialKernel, "kernel=RBF": RBFKernel, "kernel=COS": CosineKernel}
     for variant, kind in kinds.items():
         r = results[variant]
-        state = torch.load(out / "cells" / r["config_hash"] / "model.pt", weights_only=False)
+        state = torch.load(out / "cells" / r["config_hash"] / "model.pt", weights_only=True)
         assert r["kernel"] == KERNELS[variant]
         assert ("kernel.raw_offset" in state["state_dict"]) == (kind is PolynomialKernel)
         assert ("kernel.raw_lengthscale" in state["state_dict"]) == (kind is RBFKernel)

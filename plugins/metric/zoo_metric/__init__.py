@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.linear_model import LogisticRegression
 from torch import Tensor, nn
 
 import zoo
@@ -104,6 +103,8 @@ class FeatureTransfer(PretrainedClassifier):
                                           "regression fitted on the support")}
 
     def predict(self, episode: Episode) -> Prediction:
+        from sklearn.linear_model import LogisticRegression  # seconds to import: on first use
+
         support = self.features(episode.support_x).double().cpu().numpy()
         query = self.features(episode.query_x).double().cpu().numpy()
         clf = LogisticRegression(C=self.hparams["logreg_c"], max_iter=1000)

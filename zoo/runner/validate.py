@@ -1,0 +1,48 @@
+"""Impossible settings, refused before any cell starts.
+
+A way, shot or query of zero, a negative episode count or learning rate, or no workers cannot give
+a result; without these checks some failed inside every cell (a traceback in each error.txt) and
+some gave misleading messages (``train_episodes = -3`` reported "no validated checkpoint").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from zoo.errors import ZooError
+
+
+class SettingError(ZooError, ValueError):
+    """A setting or hyper-parameter whose value no run can use."""
+
+
+# setting -> (smallest allowed value, what it is)
+MINIMUM: dict[str, tuple[int, str]] = {
+    "ways": (1, "classes per episode"),
+    "shots": (1, "support examples per class"),
+    "train_shot": (0, "the training shot (0: one model per test shot)"),
+    "query": (1, "queries per class"),
+    "train_query": (1, "training queries per class"),
+    "train_episodes": (1, "training episodes"),
+    "val_episodes": (0, "validation episodes"),
+    "val_every": (0, "training episodes between validations (0: at the end)"),
+    "test_episodes": (1, "test episodes"),
+    "checkpoint_every": (1, "training episodes between checkpoints"),
+    "max_bad_steps": (1, "non-finite steps in a row before training stops"),
+    "workers": (1, "cells run at once"),
+}
+
+
+def check_settings(settings: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`SettingError` for the first value in ``settings`` (suite settings, a
+    ``[[part]]``, or a command's arguments under the same names) that no run can use."""
+    for key, value in settings.items():
+        if key not in MINIMUM:
+            continue
+        smallest, what = MINIMUM[key]
+        values = list(value.values()) if isinstance(value, Mapping) else \
+            value if isinstance(value, list) else [value]
+        bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v < smallest]
+        if bad:
+            raise SettingError(f"{where}: {key} = {value!r}: {what} must be at least {smallest}")
