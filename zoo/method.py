@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from zoo.backbones import Backbone
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
-from zoo.gp import JitterPolicy
+from zoo.jitter import JitterPolicy
 from zoo.kernels import Kernel
 
 
@@ -150,3 +150,13 @@ def episode_generator(episode: Episode, salt: int = 0) -> torch.Generator:
     draw random numbers are a function of the episode alone."""
     seed = int(episode.info.get("seed", 0)) ^ (salt * 0x9E3779B97F4A7C15 & (2**63 - 1))
     return torch.Generator().manual_seed(seed)
+
+
+def episode_seed(episode: Episode, salt: int | None = None) -> int:
+    """The seed of an estimator's draws for ``episode``, so that a prediction is a function of
+    (weights, episode) alone: a 62-bit seed drawn from :func:`episode_generator` with ``salt``
+    (one salt per use, e.g. inner loop and predictive), or, with ``salt=None``, the episode's own
+    seed reduced to 31 bits (the stream dkt and logistic-softmax have always used)."""
+    if salt is None:
+        return int(episode.info.get("seed", 0)) % 2**31
+    return int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))

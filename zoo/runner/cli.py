@@ -90,8 +90,9 @@ def train_cmd(args: argparse.Namespace) -> int:
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
-    from zoo.runner.config import Cell, SuiteError, parse_value
+    from zoo.runner.config import Cell, SuiteError
     from zoo.runner.train import train_model
+    from zoo.spec import parse_value
 
     cls = registry().get("methods", args.method)
     given = {}

@@ -10,23 +10,23 @@ import numpy as np
 import pytest
 import torch
 from torch import Tensor
-from zoo_md_bfsc.inference import (
-    Expectations,
-    GaussianLikelihood,
-    SoftmaxLikelihood,
-    gradient_descent,
-    mean_parameter_gradient,
-    mirror_descent,
-    softmax_draw_moments,
-)
+from zoo_md_bfsc.inference import gradient_descent, mirror_descent
 from zoo_md_bfsc.method import MDBFSC
 
 from zoo.backbones import Backbone
 from zoo.errors import NumericalError
-from zoo.gp import DTYPE, standard_normal_draws
+from zoo.expectations import standard_normal_draws
+from zoo.gp import DTYPE
 from zoo.kernels import RBFKernel
 from zoo.plugins import registry
 from zoo.testing import build_for_tests, check_method, toy_episode
+from zoo.variational import (
+    Expectations,
+    GaussianLikelihood,
+    SoftmaxLikelihood,
+    mean_parameter_gradient,
+    softmax_draw_moments,
+)
 
 torch.set_num_threads(1)
 
