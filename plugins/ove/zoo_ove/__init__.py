@@ -24,7 +24,7 @@ Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(
 and query together at the chains' last ``w`` (its gradient at Gibbs draws of ``w`` estimates that
 of ``log p(y)`` by Fisher's identity); ``pl``, the log predictive probability of the query labels
 given the support. Prediction: for each chain's last ``w``, the Gaussian predictive of the query's
-class functions, Gauss-Hermite quadrature (20 nodes) of ``E[log sigmoid(f_c - f_c')]`` on every
+class functions, the ``estimator`` (Gauss-Hermite, 20 nodes) for ``E[log sigmoid(f_c - f_c')]`` on every
 pairwise difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
 averaged over chains (the authors average log-probabilities; a mixture over ``w`` is the
 predictive).
