@@ -127,3 +127,20 @@ def test_episode_seed_keeps_the_historical_streams():
     assert episode_seed(episode) == (2**40 + 12345) % 2**31
     expected = int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, 2)))
     assert episode_seed(episode, salt=2) == expected != episode_seed(episode, salt=1)
+
+
+def test_a_methods_estimator_is_chosen_by_spec_and_checked_at_build():
+    from zoo.testing import build_for_tests, toy_episode
+
+    episode = toy_episode(3, 2)
+    default = build_for_tests("dkt", 3).eval()
+    coarse = build_for_tests("dkt", 3, estimator="sobol[samples=8]").eval()
+    quadrature = build_for_tests("dkt", 3, estimator="gauss-hermite[nodes=12]").eval()
+    with torch.no_grad():
+        p_default, p_coarse, p_quad = (m.predict(episode).probs for m in (default, coarse, quadrature))
+    assert not torch.equal(p_default, p_coarse)
+    assert (p_default - p_quad).abs().max() < 2e-3  # 512 Sobol points vs 12^3-point quadrature
+    with pytest.raises(UnknownNameError, match="unknown estimator 'simpson'"):
+        build_for_tests("dkt", 3, estimator="simpson")
+    with pytest.raises(HyperParameterError, match="no option"):
+        build_for_tests("md-bfsc", 3, estimator="sobol[nodes=4]")

@@ -33,7 +33,8 @@ class MDBFSC(GPMethod):
     query, as in the authors' code) or ``"predictive"`` (cross-entropy of the query predictive
     after inner steps on the support); ``samples_train``/``samples_test``: draws per expectation;
     ``estimator``: the expectation estimator's spec (``sobol``; its own options, e.g.
-    ``sobol[samples=64]``, override the sample counts); ``normalize``: L2-normalise features before the kernel (the authors' code always does).
+    ``sobol[samples=64]``, override the sample counts); ``normalize``: L2-normalise features
+    before the kernel (the authors' code always does).
     """
 
     name: ClassVar[str] = "md-bfsc"
