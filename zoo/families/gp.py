@@ -61,9 +61,10 @@ class GPMethod(LatentGaussianMethod):
         n = episode.support_x.shape[0]
         z = self._prepared(torch.cat([episode.support_x, episode.query_x]), episode)
         zs, zq = z[:n], z[n:]
+        Kss = self._per_class(self.kernel.gram(zs, zs), episode)
+        Ksq = self._per_class(self.kernel.gram(zs, zq), episode)
         kqq = self._per_class(self.kernel.gram_diag(zq)[..., None, :], episode)[..., 0, :]
-        return KernelMatrices(self._per_class(self.kernel.gram(zs, zs), episode),
-                              self._per_class(self.kernel.gram(zs, zq), episode), kqq)
+        return KernelMatrices(Kss, Ksq, kqq)
 
     def labelled_kernel(self, episode: Episode) -> tuple[Tensor, Tensor]:
         """The prior covariance ``[C, N, N]`` of support and query together and their labels
