@@ -2,13 +2,13 @@
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from torch.distributions import MultivariateNormal, kl_divergence
 
 from zoo import gp
 from zoo.errors import NumericalError
+from zoo.jitter import JitterPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -115,42 +115,11 @@ def test_gaussian_log_marginal_matches_mvn(problem):
 
 
 def test_jitter_is_counted_and_bounded():
-    policy = gp.JitterPolicy()
+    policy = JitterPolicy()
     singular = torch.ones(4, 4)  # rank 1, zero pivots: Cholesky fails without jitter
     L = policy.cholesky(singular)
     assert policy.uses >= 1 and torch.isfinite(L).all()
     with pytest.raises(NumericalError, match="not positive definite"):
-        gp.JitterPolicy(max_tries=3).cholesky(-torch.eye(3))
+        JitterPolicy(max_tries=3).cholesky(-torch.eye(3))
     with pytest.raises(NumericalError, match="episode glyphs/test#4"):
         policy.cholesky(torch.full((2, 2), math.nan), episode="glyphs/test#4")
-
-
-def test_parameter_conversions_round_trip():
-    m, v = torch.tensor([0.3, -2.0]), torch.tensor([0.5, 4.0])
-    e1, e2 = gp.natural_from_moments(m, v)
-    assert torch.allclose(e2, -0.5 / v)
-    m2, v2 = gp.moments_from_natural(e1, e2)
-    assert torch.allclose(m2, m) and torch.allclose(v2, v)
-    mu1, mu2 = gp.expectation_from_moments(m, v)
-    assert torch.allclose(mu2, v + m**2)
-    assert all(torch.allclose(a, b) for a, b in zip(gp.moments_from_expectation(mu1, mu2), (m, v)))
-
-
-def test_sobol_draws_are_antithetic_and_standard():
-    z = gp.standard_normal_draws(4096, 3, seed=0)
-    assert z.shape == (4096, 3)
-    assert torch.allclose(z.mean(0), torch.zeros(3), atol=1e-12)  # antithetic: exact
-    assert torch.allclose(z.var(0), torch.ones(3), atol=0.01)
-    assert torch.equal(z, gp.standard_normal_draws(4096, 3, seed=0))
-
-
-def test_expected_softmax_two_classes_equals_probit_free_quadrature():
-    """For two classes E[softmax(f)_0] = E[sigmoid(d)], d ~ N(m0 - m1, v0 + v1): a 1-d integral."""
-    mean, var = torch.tensor([[0.7, -0.4]]), torch.tensor([[1.5, 0.8]])
-    est = gp.expected_softmax(mean, var, gp.standard_normal_draws(4096, 2, seed=3))
-    n, w = np.polynomial.hermite_e.hermegauss(80)
-    nodes, weights = torch.from_numpy(n), torch.from_numpy(w) / math.sqrt(2 * math.pi)
-    d = 1.1 + math.sqrt(2.3) * nodes
-    ref = (torch.sigmoid(d) * weights).sum()
-    assert abs(float(est[0, 0]) - float(ref)) < 2e-4
-    assert torch.allclose(est.sum(-1), torch.ones(1))

@@ -175,6 +175,7 @@ def test_builtins_register_through_the_hooks():
     assert core.registered["kernels"] == ["bncosine", "cosine", "linear", "matern", "polynomial",
                                           "rbf"]
     assert {"glyphs", "digits"} <= set(core.registered["datasets"])
+    assert core.registered["estimators"] == ["gauss-hermite", "mc", "sobol"]
 
 
 def test_unknown_names_list_the_choices():
@@ -193,7 +194,9 @@ def test_plugins_json_contract():
     records = json.loads(out)
     for r in records:
         assert {"name", "distribution", "version", "hooks", "registered", "error"} <= set(r)
-        assert set(r["registered"]) == {"methods", "backbones", "kernels", "datasets", "suites"}
+        assert set(r["registered"]) == set(plugins.KINDS)
+        assert {"methods", "backbones", "kernels", "datasets", "suites", "estimators"} <= set(
+            r["registered"])
         assert r["error"] is None, r
     assert any("protonet" in r["registered"]["methods"] for r in records)
     table = subprocess.run([sys.executable, "-m", "zoo.cli", "plugins"], capture_output=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoo import backbones, kernels
+from zoo import backbones, expectations, kernels
 from zoo.data import DATASETS
 from zoo.hookspecs import hookimpl
 
@@ -20,6 +20,12 @@ def zoo_register_backbones(register):
 @hookimpl
 def zoo_register_kernels(register):
     for name, cls in kernels.BUILTIN.items():
+        register(name, cls)
+
+
+@hookimpl
+def zoo_register_estimators(register):
+    for name, cls in expectations.BUILTIN.items():
         register(name, cls)
 
 

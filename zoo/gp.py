@@ -15,61 +15,16 @@ empty (``lam = 0``). All functions batch over leading axes (one GP per class).
 
 from __future__ import annotations
 
-import logging
 import math
-from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 from torch import Tensor
 
 from zoo.errors import NumericalError
+from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
-log = logging.getLogger(__name__)
 DTYPE = torch.float64
-
-
-@dataclass
-class JitterPolicy:
-    """What to do when a Cholesky factorisation fails: add ``initial * mean(diag)`` to the diagonal,
-    grow it by ``factor`` up to ``max_tries`` times, count every use, then raise.
-
-    Never falls back to an identity or a pseudo-inverse silently; ``uses`` is reported in results.
-    """
-
-    initial: float = 1e-8
-    factor: float = 10.0
-    max_tries: int = 6
-    uses: int = 0
-
-    def cholesky(self, A: Tensor, what: str = "matrix", episode: str | None = None) -> Tensor:
-        where = f" in episode {episode}" if episode else ""
-        if not torch.isfinite(A).all():
-            raise NumericalError(f"{what}{where} has non-finite entries; check the features "
-                                 "(NaN or inf from the backbone) and the learning rate")
-        L, info = torch.linalg.cholesky_ex(A)
-        if not info.any():
-            return L
-        scale = torch.diagonal(A, dim1=-2, dim2=-1).abs().mean(-1, keepdim=True).clamp_min(1e-12)
-        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-        jitter = self.initial
-        for _ in range(self.max_tries):
-            self.uses += 1
-            L, info = torch.linalg.cholesky_ex(A + (jitter * scale)[..., None] * eye)
-            if not info.any():
-                log.debug("jitter %.1e made %s%s positive definite", jitter, what, where)
-                return L
-            jitter *= self.factor
-        raise NumericalError(f"{what}{where} is not positive definite even with relative jitter "
-                             f"{jitter / self.factor:.1e}; the kernel may be degenerate for these "
-                             "features (try another kernel or a smaller learning rate)")
-
-
-DEFAULT_JITTER = JitterPolicy()
-
-
-def _bdiag(v: Tensor) -> Tensor:
-    return torch.diag_embed(v)
 
 
 class SitePosterior:
@@ -170,52 +125,3 @@ def gaussian_log_marginal(K: Tensor, y: Tensor, noise: Tensor | float,
     alpha = torch.cholesky_solve(y[..., None], L)[..., 0]
     return (-0.5 * (y * alpha).sum(-1) - torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
             - 0.5 * n * math.log(2 * math.pi))
-
-
-# -- conversions between the three parameterisations of a univariate Gaussian ---------------------
-
-def natural_from_moments(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
-    """``(m, v) -> (eta1, eta2) = (m / v, -1 / (2 v))``."""
-    return mean / var, -0.5 / var
-
-
-def moments_from_natural(eta1: Tensor, eta2: Tensor) -> tuple[Tensor, Tensor]:
-    """``(eta1, eta2) -> (m, v) = (-eta1 / (2 eta2), -1 / (2 eta2))``."""
-    return -0.5 * eta1 / eta2, -0.5 / eta2
-
-
-def expectation_from_moments(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
-    """``(m, v) -> (mu1, mu2) = (E f, E f^2) = (m, v + m^2)``: the mean parameters."""
-    return mean, var + mean**2
-
-
-def moments_from_expectation(mu1: Tensor, mu2: Tensor) -> tuple[Tensor, Tensor]:
-    return mu1, mu2 - mu1**2
-
-
-# -- expectations under per-point Gaussian marginals ----------------------------------------------
-
-def standard_normal_draws(n: int, dim: int, *, method: str = "sobol", seed: int = 0,
-                          device: torch.device | str | None = None) -> Tensor:
-    """``[n, dim]`` standard normal draws for expectations ``E_q[g(f)]`` with ``f ~ N(m, diag v)``.
-
-    ``sobol``: scrambled Sobol points mapped through the normal quantile, made antithetic (the
-    second half is the negation of the first), so odd moments cancel exactly and the error of
-    smooth expectations falls nearly as 1/n; ``mc``: plain pseudo-random draws. Deterministic in
-    ``seed``.
-    """
-    if method == "mc":
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(n, dim, generator=g, dtype=DTYPE).to(device)
-    if method != "sobol":
-        raise ValueError(f"unknown draw method {method!r}; use 'sobol' or 'mc'")
-    half = (n + 1) // 2
-    u = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed).draw(half, dtype=DTYPE)
-    z = torch.special.ndtri(u.clamp(1e-10, 1 - 1e-10))
-    return torch.cat([z, -z])[:n].to(device)
-
-
-def expected_softmax(mean: Tensor, var: Tensor, draws: Tensor) -> Tensor:
-    """``E[softmax(f)]`` for ``f ~ N(mean, diag var)``; ``mean, var: [..., C]``, ``draws: [S, C]``."""
-    f = mean[..., None, :] + var.clamp_min(0).sqrt()[..., None, :] * draws
-    return torch.softmax(f, dim=-1).mean(-2)

@@ -59,10 +59,17 @@ def zoo_register_suites(register: Register) -> None:
     """Register benchmark suites: ``register(name, path_to_toml)`` or ``register(name, dict)``."""
 
 
+@hookspec
+def zoo_register_estimators(register: Register) -> None:
+    """Register Gaussian-expectation estimators: ``register(name, cls)``; ``cls(**options)`` is a
+    :class:`zoo.expectations.Estimator`, its options those of the spec ``name[key=value,...]``."""
+
+
 HOOKS: dict[str, str] = {
     "methods": "zoo_register_methods",
     "backbones": "zoo_register_backbones",
     "kernels": "zoo_register_kernels",
     "datasets": "zoo_register_datasets",
     "suites": "zoo_register_suites",
+    "estimators": "zoo_register_estimators",
 }

@@ -19,8 +19,8 @@ from torch import Tensor, nn
 from zoo.backbones import Backbone
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
-from zoo.gp import JitterPolicy
 from zoo.hparams import HParam, merge_hparams
+from zoo.jitter import JitterPolicy
 from zoo.kernels import Kernel
 
 
@@ -43,18 +43,12 @@ class Method(nn.Module):
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
         uses_kernel / default_kernel / default_backbone: what :func:`build_method` constructs.
-
-    ``per_class_kernel`` only matters to methods that use a kernel; it is declared here, not on
-    :class:`~zoo.gpmethod.GPMethod`, because every method's resolved hyper-parameters name its
-    results (the cell hash), and they have always included it.
     """
 
     name: ClassVar[str]
     tasks: ClassVar[frozenset[str]] = frozenset({"classification"})
     hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
         "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the meta-parameters"),
-        "per_class_kernel": HParam(False, doc="one set of kernel hyper-parameters per class "
-                                   "(build_method; methods that use a kernel only)"),
     }
     uses_kernel: ClassVar[bool] = False
     default_kernel: ClassVar[str | None] = None
@@ -142,7 +136,7 @@ def build_method(name: str, *, way: int, in_channels: int, image_size: int,
         k = None
         if cls.uses_kernel:
             kernel_cls = reg.get("kernels", kernel or cls.default_kernel)
-            per_class = resolved["per_class_kernel"]
+            per_class = resolved.get("per_class_kernel", False)  # declared by kernel families
             k = kernel_cls(net.feature_dim, (way,) if per_class else (), **(kernel_options or {}))
         elif kernel is not None:
             raise HyperParameterError(f"method {name!r} does not use a kernel; drop --kernel")
@@ -154,3 +148,13 @@ def episode_generator(episode: Episode, salt: int = 0) -> torch.Generator:
     draw random numbers are a function of the episode alone."""
     seed = int(episode.info.get("seed", 0)) ^ (salt * 0x9E3779B97F4A7C15 & (2**63 - 1))
     return torch.Generator().manual_seed(seed)
+
+
+def episode_seed(episode: Episode, salt: int | None = None) -> int:
+    """The seed of an estimator's draws for ``episode``, so that a prediction is a function of
+    (weights, episode) alone: a 62-bit seed drawn from :func:`episode_generator` with ``salt``
+    (one salt per use, e.g. inner loop and predictive), or, with ``salt=None``, the episode's own
+    seed reduced to 31 bits (the stream dkt and logistic-softmax have always used)."""
+    if salt is None:
+        return int(episode.info.get("seed", 0)) % 2**31
+    return int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))

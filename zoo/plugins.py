@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 KINDS = tuple(hookspecs.HOOKS)
 _SINGULAR = {"methods": "method", "backbones": "backbone", "kernels": "kernel",
-             "datasets": "data set", "suites": "suite"}
+             "datasets": "data set", "suites": "suite",
+             "estimators": "estimator"}
 
 
 @dataclass

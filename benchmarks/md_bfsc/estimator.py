@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 
 import torch
-from zoo_md_bfsc.inference import SoftmaxLikelihood
 
-from zoo.gp import DTYPE, standard_normal_draws
+from zoo.expectations import standard_normal_draws
+from zoo.gp import DTYPE
+from zoo.variational import SoftmaxLikelihood
 
 torch.set_num_threads(1)
 N, C = 80, 5

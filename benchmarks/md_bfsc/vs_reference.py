@@ -25,11 +25,14 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from zoo_md_bfsc.inference import SoftmaxLikelihood, mirror_descent
+from zoo_md_bfsc.inference import mirror_descent
 from zoo_md_bfsc.method import MDBFSC
 
-from zoo.gp import DTYPE, expected_softmax, standard_normal_draws
+from zoo.expectations import Rule, standard_normal_draws
+from zoo.families.latent_gaussian import softmax
+from zoo.gp import DTYPE
 from zoo.kernels import RBFKernel
+from zoo.variational import SoftmaxLikelihood
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")
@@ -101,7 +104,7 @@ def compare(build, way: int, query: int, d: int, shot: int, repeat: int) -> None
             post = mirror_descent(K, lik, 50, 0.5, trace=True).posterior
             Ksq = kernel(zs, zq).to(DTYPE)
             mean, var = post.predict(Ksq, kernel.diag(zq).to(DTYPE))
-            return expected_softmax(mean.T, var.T, standard_normal_draws(TEST, way, seed=2))
+            return Rule(standard_normal_draws(TEST, way, seed=2)).expect(softmax, mean.T, var.T)
 
     za = torch.cat([zs, zq])
     ya = torch.cat([ys, torch.arange(way).repeat_interleave(query)])

@@ -14,11 +14,10 @@ from zoo.runner.config import (
     config_hash,
     expand_cells,
     load_suite,
-    parse_spec,
-    parse_value,
     suite_from_dict,
     suite_names,
 )
+from zoo.spec import parse_spec, parse_value
 
 from .conftest import tiny_suite
 

@@ -26,11 +26,11 @@ from zoo.runner.config import (
     apply_overrides,
     expand_cells,
     load_suite,
-    parse_spec,
     select_methods,
 )
 from zoo.runner.executors import LocalExecutor, RayExecutor
 from zoo.runner.storage import Results
+from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,11 @@ from zoo.data.base import FewShotDataset
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.allocator import retain_freed_memory
-from zoo.runner.config import Cell, parse_spec
+from zoo.runner.config import Cell
 from zoo.runner.evaluate import check_compatible, evaluate, summarise
 from zoo.runner.storage import Results, environment, link_or_copy
 from zoo.runner.train import seed_everything, train_model
+from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -94,9 +94,10 @@ def train_cmd(args: argparse.Namespace) -> int:
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
-    from zoo.runner.config import Cell, SuiteError, parse_value
+    from zoo.runner.config import Cell, SuiteError
     from zoo.runner.train import start_over, train_model
     from zoo.runner.validate import check_settings
+    from zoo.spec import parse_value
 
     check_settings({"ways": args.way, "shots": args.shot, "train_episodes": args.episodes,
                     "train_query": args.query, "val_episodes": args.val_episodes,

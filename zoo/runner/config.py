@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -41,9 +40,10 @@ from typing import Any
 
 import tomllib
 
-from zoo.errors import HyperParameterError, UnknownNameError, ZooError
+from zoo.errors import HyperParameterError, UnknownNameError
 from zoo.method import resolve_hparams
 from zoo.runner.validate import check_settings
+from zoo.spec import SpecError, parse_value
 
 SETTINGS: dict[str, Any] = {
     "description": "",
@@ -79,11 +79,10 @@ own row ``"METHOD VARIANT"`` (a one-factor-at-a-time study: one labelled part pe
 label is part of a cell's identity but not of its training's: parts that differ only in the label
 share one model."""
 
-DATASET_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9-]*)(?:\[(?P<options>[^\]]*)\])?$")
 LIST_SETTINGS = {"train_datasets", "test_datasets", "ways", "shots", "seeds", "requires"}
 
 
-class SuiteError(ZooError, ValueError):
+class SuiteError(SpecError):
     """A suite file or a --set override that does not make sense."""
 
 
@@ -178,14 +177,6 @@ def _check_setting(key: str, value: Any, where: str) -> Any:
     return value
 
 
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: a TOML literal (``3``, ``0.1``, ``true``, ``[1, 5]``) or a bare string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[str]) -> Suite:
     """``--set KEY=VALUE``: a suite setting, ``METHOD.HPARAM``, or a bare ``HPARAM`` applied to every
     selected method that has it. Unknown keys are an error listing every choice."""
@@ -230,21 +221,6 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
         for m in owners:
             overrides.setdefault(m, {})[key] = value
     return Suite(suite.name, settings, overrides, suite.references, suite.source, entry, parts)
-
-
-def parse_spec(spec: str, what: str = "data set") -> tuple[str, dict[str, Any]]:
-    """``"name"`` or ``"name[key=value,...]"``: a registered name and options of its factory
-    (a data set's, or a kernel's such as ``polynomial[order=2]``)."""
-    match = DATASET_RE.match(spec)
-    if not match:
-        raise SuiteError(f"{what} {spec!r}: expected NAME or NAME[KEY=VALUE,...]")
-    options = {}
-    for item in filter(None, (match["options"] or "").split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SuiteError(f"{what} {spec!r}: option {item!r} is not KEY=VALUE")
-        options[key.strip()] = parse_value(value.strip())
-    return match["name"], options
 
 
 def select_methods(suite: Suite, only: Iterable[str] | None = None) -> list[str]:

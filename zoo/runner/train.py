@@ -28,7 +28,8 @@ from zoo.errors import NumericalError, ZooError
 from zoo.io import atomic_save, atomic_write_json, atomic_write_text, load_checkpoint
 from zoo.method import Method, build_method
 from zoo.metrics import fit_temperature
-from zoo.runner.config import Cell, parse_spec
+from zoo.runner.config import Cell
+from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ point, summed over the class GPs); prediction conditions on the support only.
 
 Class probabilities (DKT itself only takes the argmax of the predictive means) are the expected
 softmax of the independent Gaussian predictives of the latent class functions, ``E[softmax(f*)]``,
-estimated with antithetic Sobol draws seeded by the episode; the runner's validation-fitted
+estimated by the ``estimator`` (antithetic Sobol, ``prob_samples`` draws, by default) seeded by the
+episode; the runner's validation-fitted
 temperature is applied afterwards as for every other method.
 """
 
@@ -20,9 +21,9 @@ import torch
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode, Prediction
-from zoo.gp import DTYPE, expected_softmax, gaussian_log_marginal, standard_normal_draws
-from zoo.gpmethod import GPMethod, check_finite
+from zoo import Episode
+from zoo.families.gp import GPMethod
+from zoo.gp import DTYPE, gaussian_log_marginal
 from zoo.hparams import HParam
 
 
@@ -55,16 +56,12 @@ class DKT(GPMethod):
     def meta_loss(self, episode: Episode) -> Tensor:
         """Negative exact log marginal likelihood per point, summed over the class GPs, on
         support and query together (as DKT trains)."""
-        x = torch.cat([episode.support_x, episode.query_x])
-        y = torch.cat([episode.support_y, episode.query_y])
-        z = self.kernel.prepare(check_finite(self.features(x), "features", episode))
-        K = check_finite(self.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
-        K = K.expand(episode.way, *K.shape[-2:])
+        K, y = self.labelled_kernel(episode)
         r = self.targets(y, episode.way) - self.mean.to(DTYPE)
         log_ml = gaussian_log_marginal(K, r, self.noise.to(DTYPE), self.jitter, episode.id)
         return -(log_ml / y.numel()).sum()
 
-    def predictive_moments(self, episode: Episode) -> tuple[Tensor, Tensor]:
+    def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
         """Latent predictive mean and variance ``[Q, C]`` from the support (Gaussian sites with
         precision ``1/noise`` and natural mean ``(t - mean)/noise`` are exact GP regression)."""
         mats = self.kernel_matrices(episode)
@@ -74,13 +71,9 @@ class DKT(GPMethod):
         mean, var = self.predictive(post, mats)
         return mean + m0, var
 
-    def predict(self, episode: Episode) -> Prediction:
-        mean, var = self.predictive_moments(episode)
-        draws = standard_normal_draws(self.hparams["prob_samples"], episode.way,
-                                      seed=int(episode.info.get("seed", 0)) % 2**31,
-                                      device=mean.device)
-        probs = expected_softmax(mean, var, draws)
-        return Prediction(probs.float(), extras={"mean": mean.float(), "var": var.float()})
+    def probabilities(self, mean: Tensor, var: Tensor, episode: Episode, **options: Any) -> Tensor:
+        return super().probabilities(mean, var, episode, samples=self.hparams["prob_samples"],
+                                     **options)
 
 
 @zoo.hookimpl

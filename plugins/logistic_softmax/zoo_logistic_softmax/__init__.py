@@ -13,14 +13,14 @@ Two inference forms (hyper-parameter ``inference``):
 * ``gibbs``: the Gibbs sampler ``n | lam, f``, ``lam | n``, ``w | n, f``, ``f | w, n`` (as used by
   Snell & Zemel 2021), chains batched; 1 step in training, 50 at test.
 
-Losses (``loss``): ``ml`` -- the ELBO (mean field) or the augmented log marginal likelihood at
-the chains' last ``(w, n)`` (Gibbs), on support and query together, per point; ``pl`` -- the log
-predictive probability of the query labels given the support. Class probabilities are
-``E[p(y | f*)]`` under the Gaussian predictive of each class function, by antithetic Sobol draws,
-averaged over chains for Gibbs. Unlike the public CDKT code, the predictive-likelihood support is
-the episode's support (all classes), the prior mean is zero at train and test alike, and no
-temperature is fitted on test data (``tau`` is a hyper-parameter; the runner fits its calibration
-temperature on validation episodes).
+Losses (``loss``): ``ml`` -- the ELBO (mean field) or the augmented log marginal likelihood at the
+chains' last ``(w, n)`` (Gibbs), on support and query together, per point; ``pl`` -- the log
+predictive probability of the query labels given the support. Class probabilities are ``E[p(y |
+f*)]`` under the Gaussian predictive of each class function, by the ``estimator`` (antithetic Sobol
+draws by default), averaged over chains for Gibbs. Unlike the public CDKT code, the predictive-
+likelihood support is the episode's support (all classes), the prior mean is zero at train and test
+alike, and no temperature is fitted on test data (``tau`` is a hyper-parameter; the runner fits its
+calibration temperature on validation episodes).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from torch import Tensor
 
 import zoo
 from zoo import Episode, Prediction
-from zoo.gp import DTYPE, SitePosterior, prior_draws, standard_normal_draws
-from zoo.gpmethod import GPMethod, check_finite
+from zoo.families.gp import GPMethod
+from zoo.gp import DTYPE, SitePosterior, prior_draws
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, polyagamma_mean, sample_polyagamma
@@ -52,11 +52,10 @@ class MeanField:
     c: Tensor  # [C, N]
 
 
-def logistic_softmax_probs(mean: Tensor, var: Tensor, tau: float, draws: Tensor) -> Tensor:
-    """``E[sigmoid(f_y / tau) / sum_c sigmoid(f_c / tau)]`` for ``f ~ N(mean, diag var)``."""
-    f = mean[..., None, :] + var.clamp_min(0).sqrt()[..., None, :] * draws
+def logistic_softmax(f: Tensor, tau: float) -> Tensor:
+    """``p(y | f) = sigmoid(f_y / tau) / sum_c sigmoid(f_c / tau)`` over the last axis."""
     s = torch.sigmoid(f / tau)
-    return (s / s.sum(-1, keepdim=True)).mean(-2)
+    return s / s.sum(-1, keepdim=True)
 
 
 class LogisticSoftmax(GPMethod):
@@ -80,6 +79,9 @@ class LogisticSoftmax(GPMethod):
 
     def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
         super().__init__(backbone, way=way, kernel=kernel, **hparams)
+
+    def link(self, f: Tensor) -> Tensor:
+        return logistic_softmax(f, self.hparams["tau"])
 
     def steps(self, training: bool) -> int:
         kind = "mf" if self.hparams["inference"] == "mean-field" else "gibbs"
@@ -178,22 +180,15 @@ class LogisticSoftmax(GPMethod):
         post, _, trace = self.support_posterior(mats.Kss, self.onehot(episode).T, training,
                                                 episode)
         mean, var = post.predict(mats.Ksq, mats.kqq)  # [(R,) C, Q]
-        draws = standard_normal_draws(self.hparams["prob_samples"], episode.way,
-                                      seed=int(episode.info.get("seed", 0)) % 2**31,
-                                      device=mean.device)
-        probs = logistic_softmax_probs(mean.transpose(-1, -2), var.transpose(-1, -2),
-                                       self.hparams["tau"], draws)
+        probs = self.probabilities(mean.transpose(-1, -2), var.transpose(-1, -2), episode,
+                                   samples=self.hparams["prob_samples"])
         return (probs.mean(0) if probs.ndim == 3 else probs), trace
 
     def meta_loss(self, episode: Episode) -> Tensor:
         if self.hparams["loss"] == "pl":
             probs, _ = self.query_probs(episode, training=True)
             return -probs.gather(1, episode.query_y[:, None]).clamp_min(1e-300).log().mean()
-        x = torch.cat([episode.support_x, episode.query_x])
-        y = torch.cat([episode.support_y, episode.query_y])
-        z = self.kernel.prepare(check_finite(self.features(x), "features", episode))
-        K = check_finite(self.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
-        K = K.expand(episode.way, *K.shape[-2:])
+        K, y = self.labelled_kernel(episode)
         onehot = torch.nn.functional.one_hot(y, episode.way).T.to(DTYPE)
         _, objective, _ = self.support_posterior(K, onehot, True, episode)
         return -objective / y.numel()

@@ -10,23 +10,21 @@ import numpy as np
 import pytest
 import torch
 from torch import Tensor
-from zoo_md_bfsc.inference import (
-    Expectations,
-    GaussianLikelihood,
-    SoftmaxLikelihood,
-    gradient_descent,
-    mean_parameter_gradient,
-    mirror_descent,
-    softmax_draw_moments,
-)
+from zoo_md_bfsc.inference import gradient_descent, mirror_descent
 from zoo_md_bfsc.method import MDBFSC
 
 from zoo.backbones import Backbone
 from zoo.errors import NumericalError
-from zoo.gp import DTYPE, standard_normal_draws
+from zoo.expectations import standard_normal_draws
+from zoo.gp import DTYPE
 from zoo.kernels import RBFKernel
 from zoo.plugins import registry
 from zoo.testing import build_for_tests, check_method, toy_episode
+from zoo.variational import (
+    Expectations,
+    GaussianLikelihood,
+    SoftmaxLikelihood,
+)
 
 torch.set_num_threads(1)
 
@@ -79,53 +77,6 @@ def _marginals(N: int = 4, C: int = 3, seed: int = 1) -> tuple[Tensor, Tensor, T
     return onehot, mean, var
 
 
-def test_expected_gradients_match_autograd_of_an_exact_expectation():
-    onehot, mean, var = _marginals()
-    m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
-    exact = gauss_hermite_ell(onehot, m, v)
-    dm, dv = torch.autograd.grad(exact.sum(), (m, v))
-    est = SoftmaxLikelihood(onehot, standard_normal_draws(2**14, 3, seed=3)).expectations(mean, var)
-    assert torch.allclose(est.ell, exact.detach(), atol=1e-4)
-    assert torch.allclose(est.g_m, dm, atol=1e-3)
-    assert torch.allclose(est.g_v, dv, atol=1e-3)  # Price: 1/2 E[s^2 - s]
-    assert dv.abs().min() > 1e-2  # the check is not vacuous
-
-
-def test_float32_draw_moments_agree_with_float64_log_softmax():
-    onehot, mean, var = _marginals(N=6, C=4)
-    z = standard_normal_draws(256, 4, seed=5)
-    lse, s, s2 = softmax_draw_moments(mean, var, z.float())
-    f = mean[:, None, :] + var.sqrt()[:, None, :] * z
-    logp = torch.log_softmax(f, -1)
-    assert lse.dtype == DTYPE
-    assert torch.allclose(lse, torch.logsumexp(f, -1).mean(-1), atol=1e-5)
-    assert torch.allclose(s, logp.exp().mean(-2), atol=1e-6)
-    assert torch.allclose(s2, logp.exp().pow(2).mean(-2), atol=1e-6)
-
-
-def test_draw_moments_backward_matches_autograd_of_the_plain_formula():
-    """The hand-written backward (recomputes the per-draw softmax) against gradcheck in float64
-    and against autograd through ``logsumexp``/``softmax`` with float32 draws."""
-    _, mean, var = _marginals(N=5, C=4, seed=2)
-    m, v = mean.clone().requires_grad_(), (0.2 + var).requires_grad_()
-    z = standard_normal_draws(64, 4, seed=4)
-    assert torch.autograd.gradcheck(lambda a, b: softmax_draw_moments(a, b, z), (m, v))
-    w = [torch.randn(5, dtype=DTYPE), torch.randn(5, 4, dtype=DTYPE), torch.randn(5, 4, dtype=DTYPE)]
-
-    def plain(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        f = a[:, None, :] + b.sqrt()[:, None, :] * z
-        s = torch.softmax(f, -1)
-        return torch.logsumexp(f, -1).mean(-1), s.mean(-2), s.pow(2).mean(-2)
-
-    def grads(fn) -> tuple[torch.Tensor, ...]:
-        out = fn(m, v)
-        return torch.autograd.grad(sum((o * wi).sum() for o, wi in zip(out, w)), (m, v))
-
-    ours = grads(lambda a, b: softmax_draw_moments(a, b, z.float()))
-    for g, ref in zip(ours, grads(plain)):
-        assert torch.allclose(g, ref, atol=1e-5)
-
-
 def test_estimator_error_at_the_default_draws_is_below_the_authors_monte_carlo():
     """RMSE of (g_m, g_v) against tensor Gauss-Hermite quadrature (exact to ~1e-12), over 8
     seeds: MD-BFSC's estimator (256 antithetic Sobol draws, float32) is more accurate than the
@@ -147,27 +98,6 @@ def test_estimator_error_at_the_default_draws_is_below_the_authors_monte_carlo()
     ours = rmse(MDBFSC.all_defaults()["samples_train"], "sobol")
     assert ours < rmse(10_000, "mc")
     assert ours < 1e-3
-
-
-def test_softmax_hessian_diagonal_is_s_squared_minus_s():
-    f = torch.tensor([0.3, -1.2, 0.8], dtype=DTYPE)
-    H = torch.autograd.functional.hessian(lambda x: torch.log_softmax(x, -1)[1], f)
-    s = torch.softmax(f, -1)
-    assert torch.allclose(torch.diagonal(H), s * s - s, atol=1e-12)
-
-
-def test_mean_parameter_gradient_is_the_papers_not_the_public_codes():
-    onehot, mean, var = _marginals()
-    mu1 = mean.clone().requires_grad_()
-    mu2 = (var + mean**2).clone().requires_grad_()
-    ell = gauss_hermite_ell(onehot, mu1, mu2 - mu1**2)
-    d1, d2 = torch.autograd.grad(ell.sum(), (mu1, mu2))
-    m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
-    g_m, g_v = torch.autograd.grad(gauss_hermite_ell(onehot, m, v).sum(), (m, v))
-    ours = mean_parameter_gradient(mean, g_m, g_v)
-    assert torch.allclose(ours[0], d1, atol=1e-10) and torch.allclose(ours[1], d2, atol=1e-10)
-    public_code = g_m - 2 * g_m * g_v
-    assert (public_code - d1).abs().max() > 0.1
 
 
 # -- inner loops --------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +54,8 @@ def _inner_curve(method: MDBFSC, episodes: list, rho: float, steps: int) -> list
     """Mean ELBO per labelled point over episodes; ``None`` from a divergence on."""
     curves = []
     for ep in episodes:
-        both_x = torch.cat([ep.support_x, ep.query_x])
-        both_y = torch.cat([ep.support_y, ep.query_y])
         with torch.no_grad():
-            full = replace(ep, support_x=both_x, support_y=both_y)
-            K = method.kernel_matrices(full, with_query=False).Kss
+            K, both_y = method.labelled_kernel(ep)
             try:
                 elbo = method.run_inner(K, both_y, ep, steps=steps, rho=rho,
                                         samples=method.hparams["samples_test"], trace=True).elbo

@@ -2,30 +2,25 @@
 
 Everything but the inner loop is shared: backbone -> L2-normalised features -> one deep kernel per
 class -> (mirror descent | gradient descent) on Gaussian sites -> GP predictive marginals at the
-queries -> ``E[softmax(f*)]`` (Eq. 6). Expectations use scrambled-Sobol antithetic draws seeded by
-the episode, so a prediction is a function of (weights, episode) alone.
+queries -> ``E[softmax(f*)]`` (Eq. 6). Expectations use the ``estimator`` (antithetic scrambled Sobol
+by default, ``samples_train`` / ``samples_test`` points unless its spec sets them) with draws
+seeded by the episode, so a prediction is a function of (weights, episode) alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, ClassVar
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from zoo import Episode, Prediction
-from zoo.gp import DTYPE, standard_normal_draws
-from zoo.gpmethod import GPMethod
+from zoo.families.gp import GPMethod
+from zoo.gp import DTYPE
 from zoo.hparams import HParam
-from zoo.method import episode_generator
-from zoo_md_bfsc.inference import (
-    INNER_LOOPS,
-    InnerResult,
-    SoftmaxLikelihood,
-    softmax_draw_moments,
-)
+from zoo.method import episode_seed
+from zoo.variational import SoftmaxLikelihood, SoftmaxMean
+from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
 
 LOSSES = ("elbo", "predictive")
 
@@ -38,7 +33,9 @@ class MDBFSC(GPMethod):
     ``loss``: ``"elbo"`` (Eq. 5 on all labelled points of the training episode, support and
     query, as in the authors' code) or ``"predictive"`` (cross-entropy of the query predictive
     after inner steps on the support); ``samples_train``/``samples_test``: draws per expectation;
-    ``normalize``: L2-normalise features before the kernel (the authors' code always does).
+    ``estimator``: the expectation estimator's spec (``sobol``; its own options, e.g.
+    ``sobol[samples=64]``, override the sample counts); ``normalize``: L2-normalise features
+    before the kernel (the authors' code always does).
     """
 
     name: ClassVar[str] = "md-bfsc"
@@ -60,18 +57,13 @@ class MDBFSC(GPMethod):
 
     # -- pieces ------------------------------------------------------------------------------------
 
-    @staticmethod
-    def draws(episode: Episode, samples: int, salt: int) -> Tensor:
-        """``[samples, way]`` float32 standard-normal draws, a function of the episode and
-        ``salt`` (float32 because the per-draw work runs in it, see ``softmax_draw_moments``)."""
-        seed = int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))
-        return standard_normal_draws(samples, episode.way, seed=seed).float()
-
     def run_inner(self, K: Tensor, labels: Tensor, episode: Episode, *, steps: int, rho: float,
                   samples: int, trace: bool = False, final_elbo: bool = False) -> InnerResult:
         """The inner loop on prior covariances ``K [C, N, N]`` and labels ``[N]``."""
         onehot = F.one_hot(labels, episode.way).to(DTYPE)
-        likelihood = SoftmaxLikelihood(onehot, self.draws(episode, samples, salt=1).to(K.device))
+        rule = self.estimator(samples=samples).rule(episode.way, seed=episode_seed(episode, salt=1),
+                                                    device=K.device)
+        likelihood = SoftmaxLikelihood(onehot, rule)
         return INNER_LOOPS[self.inner](K, likelihood, steps, rho, jitter=self.jitter,
                                        episode=episode.id, trace=trace, final_elbo=final_elbo,
                                        **self.inner_options())
@@ -87,8 +79,9 @@ class MDBFSC(GPMethod):
         result = self.run_inner(mats.Kss, episode.support_y, episode, steps=steps, rho=rho,
                                 samples=samples, trace=trace)
         mean, var = result.posterior.predict(mats.Ksq, mats.kqq)
-        draws = self.draws(episode, samples, salt=2).to(mean.device)
-        return softmax_draw_moments(mean.T, var.T, draws)[1], result
+        probs = self.probabilities(mean.T, var.T, episode, integrand=SoftmaxMean(), salt=2,
+                                   samples=samples)
+        return probs, result
 
     # -- the runner's entry points ---------------------------------------------------------------
 
@@ -98,13 +91,11 @@ class MDBFSC(GPMethod):
             probs, _ = self.query_probs(episode, steps=h["steps_train"], rho=h["rho_train"],
                                         samples=h["samples_train"])
             return F.nll_loss(probs.clamp_min(1e-12).log(), episode.query_y).float()
-        both = replace(episode, support_x=torch.cat([episode.support_x, episode.query_x]),
-                       support_y=torch.cat([episode.support_y, episode.query_y]))
-        mats = self.kernel_matrices(both, with_query=False)
-        result = self.run_inner(mats.Kss, both.support_y, episode, steps=h["steps_train"],
-                                rho=h["rho_train"], samples=h["samples_train"], final_elbo=True)
+        K, labels = self.labelled_kernel(episode)
+        result = self.run_inner(K, labels, episode, steps=h["steps_train"], rho=h["rho_train"],
+                                samples=h["samples_train"], final_elbo=True)
         assert result.final_elbo is not None
-        return (-result.final_elbo / both.support_y.numel()).float()
+        return (-result.final_elbo / labels.numel()).float()
 
     def predict(self, episode: Episode) -> Prediction:
         h = self.hparams

@@ -24,7 +24,7 @@ Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(
 and query together at the chains' last ``w`` (its gradient at Gibbs draws of ``w`` estimates that
 of ``log p(y)`` by Fisher's identity); ``pl``, the log predictive probability of the query labels
 given the support. Prediction: for each chain's last ``w``, the Gaussian predictive of the query's
-class functions, Gauss-Hermite quadrature (20 nodes) of ``E[log sigmoid(f_c - f_c')]`` on every
+class functions, the ``estimator`` (Gauss-Hermite, 20 nodes) for ``E[log sigmoid(f_c - f_c')]`` on every
 pairwise difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
 averaged over chains (the authors average log-probabilities; a mixture over ``w`` is the
 predictive).
@@ -34,15 +34,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
 from zoo import Episode, Prediction
+from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE, SitePosterior, prior_draws
-from zoo.gpmethod import GPMethod, check_finite
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
@@ -124,14 +123,9 @@ class OVE(GPMethod):
         "pg_sampler": HParam("auto", choices=("auto", "numpy", "torch"),
                              doc="Polya-Gamma sampler (zoo.polyagamma)"),
         "sampler": HParam("blocked", choices=("blocked", "joint"), doc="Gibbs update of f"),
+        "estimator": HParam("gauss-hermite", doc="expectation estimator of the predictive "
+                            "(zoo.expectations spec; `quadrature` nodes unless it names its own)"),
     }
-
-    def __init__(self, backbone, *, way: int, kernel=None, **hparams: Any):
-        super().__init__(backbone, way=way, kernel=kernel, **hparams)
-        nodes, weights = np.polynomial.hermite_e.hermegauss(self.hparams["quadrature"])
-        self.register_buffer("gh_nodes", torch.from_numpy(nodes).to(DTYPE), persistent=False)
-        self.register_buffer("gh_weights", torch.from_numpy(weights / np.sqrt(2 * np.pi)).to(DTYPE),
-                             persistent=False)
 
     # -- Gibbs sampling ---------------------------------------------------------------------------
 
@@ -194,7 +188,8 @@ class OVE(GPMethod):
 
     def class_log_scores(self, post: SitePosterior, pairs: Pairs, Ksq: Tensor, kqq: Tensor) -> Tensor:
         """``[R, Q, C]`` scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` under each chain's
-        Gaussian predictive, by Gauss-Hermite quadrature on the pairwise differences."""
+        Gaussian predictive, by the ``estimator`` (Gauss-Hermite, ``quadrature`` nodes, by default)
+        on each pairwise difference, a one-dimensional Gaussian."""
         C, _, Q = Ksq.shape
         cross = pairs.cross_cov(Ksq)  # [C, M, Q]
         flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
@@ -206,9 +201,10 @@ class OVE(GPMethod):
         diff_mean = mean[..., :, None] - mean[..., None, :]
         var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
         diff_var = (var_c[..., :, None] + var_c[..., None, :] - 2 * cov).clamp_min(0)
-        d = diff_mean[..., None] + diff_var.sqrt()[..., None] * self.gh_nodes
-        expected = (F.logsigmoid(d) * self.gh_weights).sum(-1)  # [R, Q, C, C]
-        eye = torch.eye(C, dtype=torch.bool, device=d.device)
+        estimator = self.estimator(nodes=self.hparams["quadrature"])
+        expected = estimator.expect(_logsigmoid_of_scalar, diff_mean[..., None],
+                                    diff_var[..., None]).value  # [R, Q, C, C]
+        eye = torch.eye(C, dtype=torch.bool, device=expected.device)
         return expected.masked_fill(eye, 0).sum(-1)
 
     def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
@@ -227,11 +223,7 @@ class OVE(GPMethod):
             probs, _ = self.query_probs(episode, steps)
             picked = probs.gather(1, episode.query_y[:, None]).clamp_min(1e-300)
             return -picked.log().mean()
-        x = torch.cat([episode.support_x, episode.query_x])
-        y = torch.cat([episode.support_y, episode.query_y])
-        z = self.kernel.prepare(check_finite(self.features(x), "features", episode))
-        K = check_finite(self.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
-        K = K.expand(episode.way, *K.shape[-2:])
+        K, y = self.labelled_kernel(episode)
         w, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
         return -self.mean_log_marginal(K, Pairs(y, episode.way), w, episode) / y.numel()
 
@@ -260,6 +252,11 @@ class OVE(GPMethod):
     def predict(self, episode: Episode) -> Prediction:
         probs, trace = self.query_probs(episode, self.hparams["test_steps"])
         return Prediction(probs.float(), extras={"inner_objective": trace})
+
+
+def _logsigmoid_of_scalar(f: Tensor) -> Tensor:
+    """``log sigmoid`` of one-dimensional draws ``[..., S, 1]``, as ``[..., S]``."""
+    return F.logsigmoid(f[..., 0])
 
 
 @zoo.hookimpl

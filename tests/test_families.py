@@ -1,0 +1,118 @@
+"""The latent-Gaussian family: function space (a GP with the linear kernel) and weight space (a
+Gaussian over a linear head's weights with the matching prior) give the same predictive; the one
+kernel-matrix builder equals the plugins' former inline constructions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from zoo.backbones import Backbone
+from zoo.episode import Episode
+from zoo.families.gp import GPMethod, check_finite
+from zoo.families.last_layer import LastLayerMethod, gaussian_weight_posterior
+from zoo.gp import DTYPE
+from zoo.kernels import BUILTIN as KERNELS
+from zoo.testing import build_for_tests, toy_episode
+
+D, C, N, Q = 5, 3, 12, 7
+
+
+class Identity(Backbone):
+    """The inputs are the features (float64), so both members see identical ``phi``."""
+
+    feature_dim = D
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+def sites(episode: Episode) -> tuple[Tensor, Tensor]:
+    """Gaussian sites per class on the support (precision, natural mean), as GP regression on
+    one-vs-rest targets would give."""
+    onehot = torch.nn.functional.one_hot(episode.support_y, episode.way).T.to(DTYPE)
+    return 0.5 + onehot, 3 * onehot - 1
+
+
+class SiteGP(GPMethod):
+    name = "site-gp"
+
+    def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
+        mats = self.kernel_matrices(episode)
+        return self.predictive(self.posterior(mats.Kss, *sites(episode), episode), mats)
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        raise NotImplementedError
+
+
+class SiteLastLayer(LastLayerMethod):
+    name = "site-last-layer"
+
+    def __init__(self, *args: Any, prior_var: Tensor, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.prior_var = prior_var
+
+    def weight_posterior(self, episode: Episode) -> tuple[Tensor, Tensor]:
+        phi = self.features(episode.support_x)
+        return gaussian_weight_posterior(phi, *sites(episode), self.prior_var)
+
+    def meta_loss(self, episode: Episode) -> Tensor:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("estimator", ["sobol[samples=64]", "gauss-hermite[nodes=5]"])
+def test_linear_kernel_gp_equals_gaussian_last_layer(estimator):
+    g = torch.Generator().manual_seed(0)
+    episode = Episode(torch.randn(N, D, generator=g, dtype=DTYPE), torch.arange(N) % C,
+                      torch.randn(Q, D, generator=g, dtype=DTYPE), torch.arange(Q) % C,
+                      way=C, shot=N // C, info={"seed": 11})
+    kernel = KERNELS["linear"](D, outputscale=1.7)
+    gp = SiteGP(Identity(), way=C, kernel=kernel, estimator=estimator)
+    prior_var = kernel.outputscale.detach().to(DTYPE)  # the kernel's own (float32) scale
+    ll = SiteLastLayer(Identity(), way=C, prior_var=prior_var, estimator=estimator)
+    with torch.no_grad():
+        (m_gp, v_gp), (m_ll, v_ll) = gp.latent(episode), ll.latent(episode)
+        assert m_gp.shape == (Q, C) and v_gp.min() > 1e-3  # N > D: K is singular, still fine
+        assert torch.allclose(m_gp, m_ll, atol=1e-10, rtol=0)
+        assert torch.allclose(v_gp, v_ll, atol=1e-10, rtol=0)
+        p_gp, p_ll = gp.probabilities(m_gp, v_gp, episode), ll.probabilities(m_ll, v_ll, episode)
+        assert torch.allclose(p_gp, p_ll, atol=1e-10, rtol=0)
+        assert torch.equal(gp.predict(episode).probs, p_gp.float())
+
+
+def inline_labelled_kernel(method: GPMethod, episode: Episode) -> Tensor:
+    """The labelled kernel matrix as dkt, ove and logistic-softmax built it inline."""
+    x = torch.cat([episode.support_x, episode.query_x])
+    z = method.kernel.prepare(check_finite(method.features(x), "features", episode))
+    K = check_finite(method.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
+    return K.expand(episode.way, *K.shape[-2:])
+
+
+def md_bfsc_labelled_kernel(method: GPMethod, episode: Episode) -> Tensor:
+    """md-bfsc's former construction: the support-support block of an episode whose support is
+    support and query together."""
+    x = torch.cat([episode.support_x, episode.query_x])
+    n = x.shape[0]
+    z = method.kernel.prepare(check_finite(method.features(x), "features", episode))
+    K = check_finite(method.kernel.gram(z[:n], z[:n]), "kernel matrix", episode).to(DTYPE)
+    return K.expand(episode.way, *K.shape[-2:]) if K.ndim == 2 else K
+
+
+@pytest.mark.parametrize("name,reference", [("dkt", inline_labelled_kernel),
+                                            ("ove", inline_labelled_kernel),
+                                            ("logistic-softmax", inline_labelled_kernel),
+                                            ("md-bfsc", md_bfsc_labelled_kernel)])
+def test_one_kernel_builder_equals_each_plugins_former_inline_code(name, reference):
+    episode = toy_episode(3, 2, query=2)
+    method = build_for_tests(name, 3).eval()
+    with torch.no_grad():
+        K, y = method.labelled_kernel(episode)
+        assert torch.equal(K, reference(method, episode))
+        assert torch.equal(y, torch.cat([episode.support_y, episode.query_y]))
+        mats = method.kernel_matrices(episode)
+        n = episode.support_x.shape[0]
+        assert torch.allclose(mats.Kss, K[:, :n, :n]) and torch.allclose(mats.Ksq, K[:, :n, n:])
+        assert torch.allclose(mats.kqq, torch.diagonal(K[:, n:, n:], dim1=-2, dim2=-1))

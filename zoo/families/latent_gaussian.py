@@ -1,0 +1,70 @@
+"""The latent-Gaussian family: methods whose prediction is features -> Gaussian latent marginals
+``N(mean[q, c], var[q, c])`` per query and class -> class probabilities ``E[link(f)]``.
+
+Function-space GP classifiers (:mod:`zoo.families.gp`) and Gaussian distributions over a linear
+head's weights (:mod:`zoo.families.last_layer`) differ only in how they get the marginals; the
+expectation step is shared and chosen by name (hyper-parameter ``estimator``, a spec such as
+``sobol[samples=64]``, see :mod:`zoo.expectations`), its draws seeded by the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from zoo.episode import Episode
+from zoo.expectations import Estimator, FusedIntegrand, Integrand, build_estimator
+from zoo.hparams import HParam
+from zoo.method import Method, Prediction, episode_seed
+
+
+def softmax(f: Tensor) -> Tensor:
+    """The softmax link over the class axis."""
+    return torch.softmax(f, dim=-1)
+
+
+class LatentGaussianMethod(Method):
+    """Base of methods that predict through Gaussian latent marginals per query and class.
+
+    A subclass implements :meth:`latent`; :meth:`predict` returns ``E[link(f)]`` under those
+    marginals with the estimator the ``estimator`` hyper-parameter names. ``link`` maps draws
+    ``f [..., S, C]`` to probabilities (the softmax unless a subclass says otherwise).
+    """
+
+    hyperparameters: ClassVar[dict[str, HParam]] = {
+        "estimator": HParam("sobol", doc="expectation estimator of the class probabilities: a "
+                            "zoo.expectations spec such as sobol[samples=64] or gauss-hermite"),
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.estimator()  # an unknown estimator or option fails here, before training
+
+    def link(self, f: Tensor) -> Tensor:
+        return softmax(f)
+
+    def estimator(self, **fallback: Any) -> Estimator:
+        """The configured estimator; ``fallback`` options (e.g. ``samples``) fill what its spec
+        leaves unset."""
+        return build_estimator(self.hparams["estimator"], **fallback)
+
+    def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
+        """Latent marginals of the queries given the support: mean and variance, each ``[Q, C]``
+        (or ``[R, Q, C]`` for ``R`` posterior samples of a mixture)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement latent(episode)")
+
+    def probabilities(self, mean: Tensor, var: Tensor, episode: Episode, *,
+                      integrand: Integrand | FusedIntegrand | None = None, salt: int | None = None,
+                      **fallback: Any) -> Tensor:
+        """``E[link(f)]`` for ``f ~ N(mean, diag var)`` over the class axis, with draws seeded by
+        the episode (:func:`zoo.method.episode_seed` with ``salt``)."""
+        estimator = self.estimator(**fallback)
+        g = self.link if integrand is None else integrand
+        return estimator.expect(g, mean, var, seed=episode_seed(episode, salt)).value
+
+    def predict(self, episode: Episode) -> Prediction:
+        mean, var = self.latent(episode)
+        probs = self.probabilities(mean, var, episode)
+        return Prediction(probs.float(), extras={"mean": mean.float(), "var": var.float()})

@@ -1,0 +1,41 @@
+"""Component specs: ``name`` or ``name[key=value,...]``, the one syntax that names a registered
+component with options of its factory (a data set, a kernel such as ``polynomial[order=2]``, an
+expectation estimator such as ``sobol[samples=64]``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import tomllib
+
+from zoo.errors import ZooError
+
+SPEC_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9-]*)(?:\[(?P<options>[^\]]*)\])?$")
+
+
+class SpecError(ZooError, ValueError):
+    """A component spec or a value that does not parse."""
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: a TOML literal (``3``, ``0.1``, ``true``, ``[1, 5]``) or a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_spec(spec: str, what: str = "data set") -> tuple[str, dict[str, Any]]:
+    """``"name"`` or ``"name[key=value,...]"``: a registered name and options of its factory;
+    ``what`` names the kind of component in errors."""
+    match = SPEC_RE.match(spec)
+    if not match:
+        raise SpecError(f"{what} {spec!r}: expected NAME or NAME[KEY=VALUE,...]")
+    options = {}
+    for item in filter(None, (match["options"] or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError(f"{what} {spec!r}: option {item!r} is not KEY=VALUE")
+        options[key.strip()] = parse_value(value.strip())
+    return match["name"], options
