@@ -17,7 +17,7 @@ from zoo.runner.config import (
     suite_from_dict,
     suite_names,
 )
-from zoo.spec import parse_spec, parse_value
+from zoo.spec import SpecError, parse_spec, parse_value
 
 from .conftest import tiny_suite
 
@@ -41,7 +41,7 @@ def test_cell_hash_names_the_resolved_config():
 def test_hparams_are_resolved_in_the_cell():
     suite = apply_overrides(tiny_suite(), ["protonet.lr=0.01"], ["protonet"])
     (cell, _) = expand_cells(suite, ["protonet"])
-    assert cell.hparams == {"lr": 0.01, "per_class_kernel": False}
+    assert cell.hparams == {"lr": 0.01}
 
 
 def test_set_overrides_settings_and_hyperparameters():
@@ -54,7 +54,7 @@ def test_set_overrides_settings_and_hyperparameters():
 
 @pytest.mark.parametrize("assignment, listed", [
     ("nonsense=1", "train_episodes"),          # neither a setting nor a hyper-parameter
-    ("protonet.nonsense=1", "per_class_kernel"),
+    ("protonet.nonsense=1", "lr"),
     ("train_episodes=many", "int"),
     ("no-equals-sign", "KEY=VALUE"),
 ])
@@ -100,7 +100,7 @@ def test_values_and_dataset_specs():
     assert parse_spec("glyphs") == ("glyphs", {})
     assert parse_spec("omniglot-minimal[background=small2]") == (
         "omniglot-minimal", {"background": "small2"})
-    with pytest.raises(SuiteError):
+    with pytest.raises(SpecError):
         parse_spec("Bad Name")
 
 

@@ -14,6 +14,7 @@ from zoo.kernels import PolynomialKernel
 from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.config import Cell, SuiteError, apply_overrides, expand_cells, suite_from_dict
+from zoo.spec import SpecError
 from zoo.runner.train import build_for_cell
 
 from .conftest import TINY
@@ -81,7 +82,7 @@ def test_kernel_options_in_the_spec_reach_the_kernel(kernel_proto):
     kernel = build_for_cell(cell, data, "cpu").kernel
     assert isinstance(kernel, PolynomialKernel) and kernel.order == 1
     assert float(kernel._positive(kernel.raw_offset).detach()) == pytest.approx(0.5)
-    with pytest.raises(SuiteError, match="kernel 'polynomial\\[order\\]'"):
+    with pytest.raises(SpecError, match="kernel 'polynomial\\[order\\]'"):
         build_for_cell(dataclasses.replace(cell, kernel="polynomial[order]"), data, "cpu")
 
 
