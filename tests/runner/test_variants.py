@@ -14,8 +14,8 @@ from zoo.kernels import PolynomialKernel
 from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.config import Cell, SuiteError, apply_overrides, expand_cells, suite_from_dict
-from zoo.spec import SpecError
 from zoo.runner.train import build_for_cell
+from zoo.spec import SpecError
 
 from .conftest import TINY
 
