@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoo import backbones, kernels
+from zoo import backbones, kernels, tasks
 from zoo.data import DATASETS
 from zoo.hookspecs import hookimpl
 
@@ -34,3 +34,9 @@ def zoo_register_suites(register):
     if SUITES_DIR.is_dir():
         for path in sorted(SUITES_DIR.glob("*.toml")):
             register(path.stem, path)
+
+
+@hookimpl
+def zoo_register_tasks(register):
+    for name, cls in tasks.BUILTIN.items():
+        register(name, cls())

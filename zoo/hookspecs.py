@@ -59,10 +59,20 @@ def zoo_register_suites(register: Register) -> None:
     """Register benchmark suites: ``register(name, path_to_toml)`` or ``register(name, dict)``."""
 
 
+@hookspec
+def zoo_register_tasks(register: Register) -> None:
+    """Register task kinds: ``register(name, task)``, ``task`` a :class:`zoo.tasks.Task` instance.
+
+    A method declares the kind it solves (``task = "regression"``); a suite its kind
+    (``[suite] task = "regression"``); the runner dispatches sampling, scoring and reporting to it.
+    """
+
+
 HOOKS: dict[str, str] = {
     "methods": "zoo_register_methods",
     "backbones": "zoo_register_backbones",
     "kernels": "zoo_register_kernels",
     "datasets": "zoo_register_datasets",
     "suites": "zoo_register_suites",
+    "tasks": "zoo_register_tasks",
 }

@@ -40,7 +40,8 @@ class Method(nn.Module):
 
     Class attributes:
         name: the registered name (lowercase, hyphens).
-        tasks: the task kinds supported, ``{"classification"}`` and/or ``{"regression"}``.
+        task: the task kind it solves (``zoo tasks``); other kinds derive from their own base,
+            :class:`zoo.tasks.base.TaskMethod`.
         defaults: hyper-parameters and their defaults (merged along the class hierarchy); the
             runner's ``--set`` may override exactly these.
         capabilities: flags such as ``"inner-objective"`` (predict reports per-step values).
@@ -48,7 +49,7 @@ class Method(nn.Module):
     """
 
     name: ClassVar[str]
-    tasks: ClassVar[frozenset[str]] = frozenset({"classification"})
+    task: ClassVar[str] = "classification"
     defaults: ClassVar[Mapping[str, Any]] = {}
     capabilities: ClassVar[frozenset[str]] = frozenset()
     uses_kernel: ClassVar[bool] = False
@@ -119,14 +120,15 @@ def build_method(name: str, *, way: int, in_channels: int, image_size: int,
                  backbone: str | None = None, kernel: str | None = None,
                  backbone_options: Mapping[str, Any] | None = None,
                  kernel_options: Mapping[str, Any] | None = None,
-                 seed: int | None = None, **hparams: Any) -> Method:
+                 seed: int | None = None, registry: Any = None, **hparams: Any) -> Method:
     """Build a registered method with its backbone (and kernel, if it uses one) by name.
 
     ``seed`` seeds the global RNG just for parameter initialisation, so a cell is reproducible.
+    ``registry``: where the names are looked up (default: the process's plugin registry).
     """
-    from zoo.plugins import registry
+    from zoo import plugins
 
-    reg = registry()
+    reg = registry or plugins.registry()
     cls = reg.get("methods", name)
     resolve_hparams(cls, hparams)  # fail early, before building anything
     backbone_name = backbone or cls.default_backbone

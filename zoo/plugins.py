@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 KINDS = tuple(hookspecs.HOOKS)
 _SINGULAR = {"methods": "method", "backbones": "backbone", "kernels": "kernel",
-             "datasets": "data set", "suites": "suite"}
+             "datasets": "data set", "suites": "suite", "tasks": "task kind"}
 
 
 @dataclass
@@ -72,6 +72,20 @@ class Registry:
 
     def items(self, kind: str) -> dict[str, Any]:
         return dict(self._items[kind])
+
+    def register(self, kind: str, name: str, obj: Any, owner: str) -> None:
+        """Add one component outside the entry points (tests, notebooks); a taken name is an error.
+        ``owner`` is what ``zoo plugins`` and ``Registry.owner`` report for it."""
+        if name in self._items[kind]:
+            raise PluginError(f"{_SINGULAR[kind]} {name!r} is already registered by plugin "
+                              f"{self._owner[kind][name]!r}; choose another name")
+        self._stager(kind, self._items[kind])(name, obj)
+        self._owner[kind][name] = owner
+
+    def unregister(self, kind: str, name: str) -> None:
+        """Remove a component added with :meth:`register`."""
+        self.get(kind, name)
+        del self._items[kind][name], self._owner[kind][name]
 
     # -- loading -------------------------------------------------------------------------------
 
