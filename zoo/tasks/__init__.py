@@ -9,7 +9,11 @@ the built-in ones are :data:`BUILTIN`.
 
 from zoo.tasks.base import PredictionError, Task, TaskMethod
 from zoo.tasks.classification import Classification
+from zoo.tasks.integration import Integration
+from zoo.tasks.regression import Regression
+from zoo.tasks.sequential import Sequential
 
-BUILTIN: dict[str, type[Task]] = {"classification": Classification}
+BUILTIN: dict[str, type[Task]] = {k.name: k for k in (Classification, Regression, Sequential,
+                                                      Integration)}
 
 __all__ = ["BUILTIN", "PredictionError", "Task", "TaskMethod"]
