@@ -198,7 +198,7 @@ class Regression(Task):
 
     def score(self, prediction: RegressionPrediction, episode: RegressionEpisode,
               temperature: float = 1.0) -> dict[str, Any]:
-        y, mean, var = episode.target_y, prediction.mean, prediction.var
+        y, mean, var = episode.target_y, prediction.mean.detach(), prediction.var.detach()
         return {"seed": episode.info.get("seed"), "context": episode.info.get("context"),
                 "samples": int(mean.shape[0]), "lmlhd": rm.joint_log_likelihood(y, mean, var),
                 "nll": rm.point_nll(y, mean, var), "mse": rm.mse(y, mean),
