@@ -2,7 +2,7 @@
 
 import torch
 
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 from zoo.data.glyphs import SPLIT_OF_ALPHABET
 
 

@@ -14,7 +14,7 @@ from zoo.errors import EpisodeError
 DIGEST = """
 import hashlib, sys
 from zoo import EpisodeSampler
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 ep = EpisodeSampler(load_dataset("glyphs"), "test", 5, 2, 3, seed=7)[11]
 h = hashlib.sha256()
 for t in (ep.support_x, ep.support_y, ep.query_x, ep.query_y):

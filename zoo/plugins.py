@@ -201,6 +201,11 @@ def registry() -> Registry:
     return _REGISTRY
 
 
+def load_dataset(name: str, data_dir=None, download: bool = True, **options: Any) -> Any:
+    """Build a registered data set by name (built-in or from a plugin)."""
+    return registry().get("datasets", name)(data_dir=data_dir, download=download, **options)
+
+
 def reset() -> None:
     """Forget the loaded registry (after installing or removing a plugin in this process)."""
     global _REGISTRY

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 from zoo.episode import EpisodeSampler
 from zoo.method import Method, build_method
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import torch
 
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 from zoo.episode import Episode, EpisodeSampler
 from zoo.method import build_method
 

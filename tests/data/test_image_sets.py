@@ -19,7 +19,8 @@ import torch
 from PIL import Image
 
 from zoo import EpisodeSampler
-from zoo.data import cub, load_dataset
+from zoo.data import cub
+from zoo.plugins import load_dataset
 from zoo.data.download import Resource
 from zoo.data.emnist import load_emnist
 from zoo.data.images import IMAGENET_MEAN, IMAGENET_STD

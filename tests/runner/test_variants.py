@@ -9,7 +9,7 @@ import json
 import pytest
 from zoo_protonet import ProtoNet
 
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 from zoo.kernels import PolynomialKernel
 from zoo.plugins import registry
 from zoo.runner.bench import run_suite

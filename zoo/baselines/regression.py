@@ -26,7 +26,7 @@ JITTER = 1e-6
 
 class ConstantGaussian(RegressionMethod):
     name = "constant"
-    defaults = {"lr": 1e-2}
+    defaults = {"lr": 5e-2}
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)

@@ -32,7 +32,7 @@ from torch import Tensor
 from zoo.data.functions import FunctionFamily
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
-from zoo.tasks import regression_metrics as rm
+from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
 
 
@@ -200,10 +200,9 @@ class Regression(Task):
               temperature: float = 1.0) -> dict[str, Any]:
         y, mean, var = episode.target_y, prediction.mean.detach(), prediction.var.detach()
         return {"seed": episode.info.get("seed"), "context": episode.info.get("context"),
-                "samples": int(mean.shape[0]), "lmlhd": rm.joint_log_likelihood(y, mean, var),
-                "nll": rm.point_nll(y, mean, var), "mse": rm.mse(y, mean),
-                "crps": rm.crps(y, mean, var), "coverage50": rm.coverage(y, mean, var, 0.5),
-                "coverage90": rm.coverage(y, mean, var, 0.9)}
+                "samples": int(mean.shape[0]), "lmlhd": joint_log_likelihood(y, mean, var),
+                "nll": point_nll(y, mean, var), "mse": mse(y, mean), "crps": crps(y, mean, var),
+                "coverage50": coverage(y, mean, var, 0.5), "coverage90": coverage(y, mean, var, 0.9)}
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Per metric over tasks: LMLHD and MSE median with 5%/95% percentiles and mean with its
