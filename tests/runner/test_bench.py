@@ -92,8 +92,8 @@ def test_rerun_skips_finished_cells(finished):
 
 def test_same_test_episodes_for_every_method(finished):
     """Episode seeds and classes depend on the suite seed only, so results pair across methods."""
-    from zoo.plugins import load_dataset
     from zoo.episode import EpisodeSampler
+    from zoo.plugins import load_dataset
 
     line = json.loads((finished / "results.jsonl").read_text().splitlines()[0])
     cell = finished / "cells" / line["config_hash"]

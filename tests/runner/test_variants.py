@@ -9,9 +9,8 @@ import json
 import pytest
 from zoo_protonet import ProtoNet
 
-from zoo.plugins import load_dataset
 from zoo.kernels import PolynomialKernel
-from zoo.plugins import registry
+from zoo.plugins import load_dataset, registry
 from zoo.runner.bench import run_suite
 from zoo.runner.cells import Cell, expand_cells
 from zoo.runner.suite import SuiteError, apply_overrides, suite_from_dict

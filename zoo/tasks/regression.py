@@ -32,8 +32,8 @@ from torch import Tensor
 from zoo.data.functions import FunctionFamily
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
-from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
+from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
 
 
 @dataclass(frozen=True)
