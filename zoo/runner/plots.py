@@ -6,6 +6,7 @@ context size; ...). Helpers here (:func:`figure`, :func:`save`) are what those u
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,16 @@ def reliability_diagrams(report: Report, out: Path) -> list[Path]:
 def training_curves(report: Report, out: Path) -> list[Path]:
     """Meta-loss and validation score during training, and inner-loop convergence, per setting."""
     plt = pyplot()
-    written = []
+    written, drawn = [], set()
     for s in report.settings:
         task = report.tasks[s[0]]
         label = report.label(s)
         entries = [report.entries[(m, s)] for m in report.methods
                    if (m, s) in report.entries and any(report.entries[(m, s)].curves)]
-        if entries:
+        # settings that share their trainings (regression context sizes) get one figure
+        key = json.dumps([(e.method, e.curves) for e in entries], sort_keys=True)
+        if entries and key not in drawn:
+            drawn.add(key)
             fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
             key = task.selection_key
             for e in entries:
