@@ -59,7 +59,7 @@ def test_layout_labels_and_classes(glyphs):
     assert len(set(ep.info["classes"])) == 4
     test_names = {glyphs.class_names[c] for c in glyphs.splits["test"]}
     assert set(ep.info["classes"]) <= test_names
-    assert ep.task == "classification" and ep.query == 2 and ep.id == "glyphs/test#0"
+    assert ep.query == 2 and ep.id == "glyphs/test#0"
 
 
 def test_support_and_query_are_distinct_examples(glyphs):

@@ -123,7 +123,8 @@ def test_plugins_json_contract():
     records = json.loads(out)
     for r in records:
         assert {"name", "distribution", "version", "hooks", "registered", "error"} <= set(r)
-        assert set(r["registered"]) == {"methods", "backbones", "kernels", "datasets", "suites"}
+        assert set(r["registered"]) == {"methods", "backbones", "kernels", "datasets", "suites",
+                                        "tasks"}
         assert r["error"] is None, r
     assert any("protonet" in r["registered"]["methods"] for r in records)
     table = subprocess.run([sys.executable, "-m", "zoo.cli", "plugins"], capture_output=True,

@@ -144,6 +144,7 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
 def evaluate_cmd(args: argparse.Namespace) -> int:
     """Score a trained classification model on a data set's test episodes (cross-domain, Lake's
     runs)."""
+    from zoo.errors import ZooError
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
@@ -155,6 +156,9 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     config, blob = load_run(args.run, device)
     task = reg.get("tasks", config.get("task", "classification"))
+    if task.name != "classification":
+        raise ZooError(f"zoo evaluate scores classification models; {args.run} holds a "
+                       f"{task.name} model: score it with zoo bench on a {task.name} suite")
     way, shot = args.way or config["way"], args.shot or config["train_shot"]
     seed = config["seed"] if args.seed is None else args.seed
     cell = Cell.from_config({**config, "way": way, "shot": shot, "query": args.query}, task,
