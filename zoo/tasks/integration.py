@@ -148,9 +148,6 @@ class Integration(Task):
     def predict(self, method: IntegrationMethod, episode: IntegrationEpisode) -> Estimate:
         return method.estimate(episode.problem)
 
-    def meta_loss(self, method: Any, episode: IntegrationEpisode) -> Tensor:
-        return method.meta_loss(episode)
-
     def check(self, prediction: Any, episode: IntegrationEpisode, method: str) -> None:
         if not isinstance(prediction, Estimate):
             raise PredictionError(f"method {method!r} in episode {episode.id}: returned a "

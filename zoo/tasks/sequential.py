@@ -98,6 +98,7 @@ class Sequential(Task):
                                           "train_episodes": 0, "val_episodes": 0,
                                           "test_episodes": 5}
     column_keys = ("stream_length",)
+    selection_key = "val_neg_nlpd"
     headline = "final_nlpd"
     paired_key = "final_nlpd"
     table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
@@ -220,6 +221,9 @@ class Sequential(Task):
                 "update_ms": 1000 * float(np.mean([r["update_seconds"] for r in records])),
                 "curve": curve, "test_episodes": len(records),
                 "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records]))}
+
+    def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
+        return -float(np.mean([r["final_nlpd"] for r in records]))
 
     def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
         pm = r"$\pm$" if latex else "±"
