@@ -25,7 +25,7 @@ from zoo.runner.allocator import retain_freed_memory
 setting = retain_freed_memory()
 torch.set_num_threads(1)
 from zoo import EpisodeSampler, build_method
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 name, shot, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 episode = EpisodeSampler(load_dataset("glyphs"), "train", 5, shot, 16 - shot, seed=0)[0]
 method = build_method(name, way=5, in_channels=1, image_size=28, seed=0, backbone="conv4s").train()

@@ -21,7 +21,8 @@ import torch
 
 from zoo.plugins import registry
 from zoo.runner.cell import run_unit
-from zoo.runner.config import apply_overrides, expand_cells, load_suite
+from zoo.runner.cells import expand_cells
+from zoo.runner.suite import apply_overrides, load_suite
 
 MODEL_TIME = [0.0]
 
@@ -66,7 +67,7 @@ def main() -> None:
     assert outcome.result is not None, outcome.error
     overhead = total - MODEL_TIME[0]
     c = cells[0]
-    print(f"ProtoNet cell (glyphs {c.way}-way {c.shot}-shot, {c.train_episodes} training + "
+    print(f"ProtoNet cell (glyphs {c.shape['way']}-way {c.shape['shot']}-shot, {c.train_episodes} training + "
           f"{c.val_episodes} x {c.train_episodes // c.val_every} validation + "
           f"{c.test_episodes} test episodes, {args.threads} thread(s)):")
     print(f"  cell total     {total:8.2f} s")

@@ -13,7 +13,7 @@ from zoo.plugins import registry
 from zoo.testing import check_dataset, check_kernel, check_method
 
 METHODS = sorted(n for n, cls in registry().items("methods").items()
-                 if "classification" in cls.tasks)
+                 if cls.task == "classification")
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -2,8 +2,8 @@
 
 import torch
 
-from zoo.data import load_dataset
 from zoo.data.glyphs import SPLIT_OF_ALPHABET
+from zoo.plugins import load_dataset
 
 
 def test_glyphs_is_omniglot_like(glyphs):

@@ -14,7 +14,7 @@ from zoo.errors import EpisodeError
 DIGEST = """
 import hashlib, sys
 from zoo import EpisodeSampler
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 ep = EpisodeSampler(load_dataset("glyphs"), "test", 5, 2, 3, seed=7)[11]
 h = hashlib.sha256()
 for t in (ep.support_x, ep.support_y, ep.query_x, ep.query_y):
@@ -59,7 +59,7 @@ def test_layout_labels_and_classes(glyphs):
     assert len(set(ep.info["classes"])) == 4
     test_names = {glyphs.class_names[c] for c in glyphs.splits["test"]}
     assert set(ep.info["classes"]) <= test_names
-    assert ep.task == "classification" and ep.query == 2 and ep.id == "glyphs/test#0"
+    assert ep.query == 2 and ep.id == "glyphs/test#0"
 
 
 def test_support_and_query_are_distinct_examples(glyphs):

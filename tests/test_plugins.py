@@ -195,8 +195,8 @@ def test_plugins_json_contract():
     for r in records:
         assert {"name", "distribution", "version", "hooks", "registered", "error"} <= set(r)
         assert set(r["registered"]) == set(plugins.KINDS)
-        assert {"methods", "backbones", "kernels", "datasets", "suites", "estimators"} <= set(
-            r["registered"])
+        assert {"methods", "backbones", "kernels", "datasets", "suites", "estimators",
+                "tasks"} <= set(r["registered"])
         assert r["error"] is None, r
     assert any("protonet" in r["registered"]["methods"] for r in records)
     table = subprocess.run([sys.executable, "-m", "zoo.cli", "plugins"], capture_output=True,

@@ -1,12 +1,21 @@
-"""The zoo's own components, registered through the same hooks as any plugin."""
+"""The zoo's own components, registered through the same hooks as any plugin: backbones,
+kernels, data sets (image sets, and the generated function, integrand and stream families of the
+other task kinds), suites, the task kinds, and the baselines of the kinds beyond classification."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from zoo import backbones, expectations, kernels
+from zoo import backbones, baselines, expectations, kernels, tasks
 from zoo.data import DATASETS
+from zoo.data.functions import load_gp_rbf, load_sinusoid
+from zoo.data.integrands import load_gaussian_cosine, load_genz_oscillatory
+from zoo.data.streams import load_digits_stream
 from zoo.hookspecs import hookimpl
+
+GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
+             "gaussian-cosine": load_gaussian_cosine, "genz-oscillatory": load_genz_oscillatory,
+             "digits-stream": load_digits_stream}
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
 
@@ -31,8 +40,14 @@ def zoo_register_estimators(register):
 
 @hookimpl
 def zoo_register_datasets(register):
-    for name, factory in DATASETS.items():
+    for name, factory in {**DATASETS, **GENERATED}.items():
         register(name, factory)
+
+
+@hookimpl
+def zoo_register_methods(register):
+    for cls in baselines.BUILTIN:
+        register(cls)
 
 
 @hookimpl
@@ -40,3 +55,9 @@ def zoo_register_suites(register):
     if SUITES_DIR.is_dir():
         for path in sorted(SUITES_DIR.glob("*.toml")):
             register(path.stem, path)
+
+
+@hookimpl
+def zoo_register_tasks(register):
+    for name, cls in tasks.BUILTIN.items():
+        register(name, cls())

@@ -24,10 +24,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Episode:
-    """One few-shot task. Classification labels are ``0..way-1``; regression labels are floats.
-
-    For regression the support is the context set and the query is the target set.
-    """
+    """One few-shot classification task: labels ``0..way-1``."""
 
     support_x: Tensor
     support_y: Tensor
@@ -38,14 +35,9 @@ class Episode:
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def task(self) -> str:
-        return "regression" if self.support_y.is_floating_point() else "classification"
-
-    @property
     def query(self) -> int:
-        """Queries per class (classification) or target points (regression)."""
-        n = self.query_y.shape[0]
-        return n // self.way if self.task == "classification" else n
+        """Queries per class."""
+        return self.query_y.shape[0] // self.way
 
     @property
     def id(self) -> str:

@@ -65,6 +65,15 @@ def zoo_register_estimators(register: Register) -> None:
     :class:`zoo.expectations.Estimator`, its options those of the spec ``name[key=value,...]``."""
 
 
+@hookspec
+def zoo_register_tasks(register: Register) -> None:
+    """Register task kinds: ``register(name, task)``, ``task`` a :class:`zoo.tasks.Task` instance.
+
+    A method declares the kind it solves (``task = "regression"``); a suite its kind
+    (``[suite] task = "regression"``); the runner dispatches sampling, scoring and reporting to it.
+    """
+
+
 HOOKS: dict[str, str] = {
     "methods": "zoo_register_methods",
     "backbones": "zoo_register_backbones",
@@ -72,4 +81,5 @@ HOOKS: dict[str, str] = {
     "datasets": "zoo_register_datasets",
     "suites": "zoo_register_suites",
     "estimators": "zoo_register_estimators",
+    "tasks": "zoo_register_tasks",
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from zoo.errors import HyperParameterError
 
@@ -134,3 +134,31 @@ def merge_hparams(classes: list[type]) -> dict[str, HParam]:
                             "`hyperparameters = {name: HParam(default, ...)}` instead")
         merged.update({k: as_hparam(v) for k, v in vars(klass).get("hyperparameters", {}).items()})
     return merged
+
+
+class Configurable:
+    """What every method base shares: ``hyperparameters`` (name -> :class:`HParam`, or a bare
+    default) merged along the class hierarchy, read by the runner without building a method."""
+
+    name: ClassVar[str]
+    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {}
+
+    @classmethod
+    def all_hparams(cls) -> dict[str, HParam]:
+        """Every hyper-parameter's declaration, merged along the class hierarchy."""
+        return merge_hparams(list(reversed(cls.__mro__)))
+
+    @classmethod
+    def all_defaults(cls) -> dict[str, Any]:
+        return {k: h.default for k, h in cls.all_hparams().items()}
+
+    @classmethod
+    def describe_hparams(cls) -> dict[str, dict[str, Any]]:
+        """The declarations as plain data, for ``zoo methods --json``."""
+        return {k: h.to_json() for k, h in cls.all_hparams().items()}
+
+    @property
+    def meta_batch(self) -> int:
+        """Episodes whose losses the trainer averages per optimizer step: the ``meta_batch``
+        hyper-parameter where a method declares one (the inner-loop family does), else 1."""
+        return int(self.hparams.get("meta_batch", 1))  # type: ignore[attr-defined]

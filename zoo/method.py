@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from zoo.backbones import Backbone
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
-from zoo.hparams import HParam, merge_hparams
+from zoo.hparams import Configurable, HParam
 from zoo.jitter import JitterPolicy
 from zoo.kernels import Kernel
 
@@ -33,12 +33,13 @@ class Prediction:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-class Method(nn.Module):
+class Method(Configurable, nn.Module):
     """Base class of every few-shot method in the zoo.
 
     Class attributes:
         name: the registered name (lowercase, hyphens).
-        tasks: the task kinds supported, ``{"classification"}`` and/or ``{"regression"}``.
+        task: the task kind it solves (``zoo tasks``); other kinds derive from their own base,
+            :class:`zoo.tasks.base.TaskMethod`.
         hyperparameters: name -> :class:`~zoo.hparams.HParam` (default, type, choices, range,
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
@@ -46,7 +47,7 @@ class Method(nn.Module):
     """
 
     name: ClassVar[str]
-    tasks: ClassVar[frozenset[str]] = frozenset({"classification"})
+    task: ClassVar[str] = "classification"
     hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
         "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the meta-parameters"),
     }
@@ -59,26 +60,6 @@ class Method(nn.Module):
         self.backbone, self.kernel, self.way = backbone, kernel, way
         self.hparams = resolve_hparams(type(self), hparams)
         self.jitter = JitterPolicy()
-
-    @classmethod
-    def all_hparams(cls) -> dict[str, HParam]:
-        """Every hyper-parameter's declaration, merged along the class hierarchy."""
-        return merge_hparams(list(reversed(cls.__mro__)))
-
-    @classmethod
-    def all_defaults(cls) -> dict[str, Any]:
-        return {k: h.default for k, h in cls.all_hparams().items()}
-
-    @classmethod
-    def describe_hparams(cls) -> dict[str, dict[str, Any]]:
-        """The declarations as plain data, for ``zoo methods --json``."""
-        return {k: h.to_json() for k, h in cls.all_hparams().items()}
-
-    @property
-    def meta_batch(self) -> int:
-        """Episodes whose losses the trainer averages per optimizer step: the ``meta_batch``
-        hyper-parameter where a method declares one (the inner-loop family does), else 1."""
-        return int(self.hparams.get("meta_batch", 1))
 
     @abstractmethod
     def meta_loss(self, episode: Episode) -> Tensor:
@@ -117,14 +98,15 @@ def build_method(name: str, *, way: int, in_channels: int, image_size: int,
                  backbone: str | None = None, kernel: str | None = None,
                  backbone_options: Mapping[str, Any] | None = None,
                  kernel_options: Mapping[str, Any] | None = None,
-                 seed: int | None = None, **hparams: Any) -> Method:
+                 seed: int | None = None, registry: Any = None, **hparams: Any) -> Method:
     """Build a registered method with its backbone (and kernel, if it uses one) by name.
 
     ``seed`` seeds the global RNG just for parameter initialisation, so a cell is reproducible.
+    ``registry``: where the names are looked up (default: the process's plugin registry).
     """
-    from zoo.plugins import registry
+    from zoo import plugins
 
-    reg = registry()
+    reg = registry or plugins.registry()
     cls = reg.get("methods", name)
     resolved = resolve_hparams(cls, hparams)  # fail early, before building anything
     backbone_name = backbone or cls.default_backbone

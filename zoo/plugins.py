@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 KINDS = tuple(hookspecs.HOOKS)
 _SINGULAR = {"methods": "method", "backbones": "backbone", "kernels": "kernel",
-             "datasets": "data set", "suites": "suite",
-             "estimators": "estimator"}
+             "datasets": "data set", "suites": "suite", "estimators": "estimator",
+             "tasks": "task kind"}
 
 
 @dataclass
@@ -104,6 +104,20 @@ class Registry:
 
     def items(self, kind: str) -> dict[str, Any]:
         return dict(self._items[kind])
+
+    def register(self, kind: str, name: str, obj: Any, owner: str) -> None:
+        """Add one component outside the entry points (tests, notebooks); a taken name is an error.
+        ``owner`` is what ``zoo plugins`` and ``Registry.owner`` report for it."""
+        if name in self._items[kind]:
+            raise PluginError(f"{_SINGULAR[kind]} {name!r} is already registered by plugin "
+                              f"{self._owner[kind][name]!r}; choose another name")
+        self._stager(kind, self._items[kind])(name, obj)
+        self._owner[kind][name] = owner
+
+    def unregister(self, kind: str, name: str) -> None:
+        """Remove a component added with :meth:`register`."""
+        self.get(kind, name)
+        del self._items[kind][name], self._owner[kind][name]
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -279,6 +293,11 @@ def registry() -> Registry:
     if _REGISTRY is None:
         _REGISTRY = load()
     return _REGISTRY
+
+
+def load_dataset(name: str, data_dir=None, download: bool = True, **options: Any) -> Any:
+    """Build a registered data set by name (built-in or from a plugin)."""
+    return registry().get("datasets", name)(data_dir=data_dir, download=download, **options)
 
 
 def reset() -> None:

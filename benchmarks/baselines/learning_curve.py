@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from zoo.data import load_dataset
 from zoo.episode import EpisodeSampler
 from zoo.method import Method, build_method
+from zoo.plugins import load_dataset
 
 
 def accuracy(method: Method, sampler: EpisodeSampler, episodes: int) -> float:

@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import torch
 
-from zoo.data import load_dataset
 from zoo.episode import Episode, EpisodeSampler
 from zoo.method import build_method
+from zoo.plugins import load_dataset
 
 
 def probs(method: torch.nn.Module, episode: Episode, seed_offset: int) -> torch.Tensor:

@@ -25,7 +25,7 @@ import time
 import torch
 
 from zoo import EpisodeSampler, build_method
-from zoo.data import load_dataset
+from zoo.plugins import load_dataset
 from zoo.runner.allocator import retain_freed_memory
 from zoo.testing import toy_episode
 

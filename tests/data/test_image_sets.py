@@ -19,13 +19,14 @@ import torch
 from PIL import Image
 
 from zoo import EpisodeSampler
-from zoo.data import cub, load_dataset
+from zoo.data import cub
 from zoo.data.download import Resource
 from zoo.data.emnist import load_emnist
 from zoo.data.images import IMAGENET_MEAN, IMAGENET_STD
 from zoo.data.miniimagenet import load_miniimagenet
 from zoo.data.splitfiles import load_split_files, read_split_file
 from zoo.errors import DataMissingError, EpisodeError, ZooError
+from zoo.plugins import load_dataset
 
 N_CUB, PER_CLASS = 8, 3
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from zoo.runner.config import Suite, suite_from_dict
+from zoo.runner.suite import Suite, suite_from_dict
 
 TINY: dict[str, Any] = {
     "suite": {

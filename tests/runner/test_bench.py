@@ -38,10 +38,10 @@ class Flaky(ProtoNet):
 @pytest.fixture
 def flaky(monkeypatch):
     reg = registry()
-    monkeypatch.setitem(reg._items["methods"], "flaky", Flaky)
-    monkeypatch.setitem(reg._owner["methods"], "flaky", "tests")
+    reg.register("methods", "flaky", Flaky, owner="tests")
     monkeypatch.setattr(Flaky, "fail", True)
-    return Flaky
+    yield Flaky
+    reg.unregister("methods", "flaky")
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -92,8 +92,8 @@ def test_rerun_skips_finished_cells(finished):
 
 def test_same_test_episodes_for_every_method(finished):
     """Episode seeds and classes depend on the suite seed only, so results pair across methods."""
-    from zoo.data import load_dataset
     from zoo.episode import EpisodeSampler
+    from zoo.plugins import load_dataset
 
     line = json.loads((finished / "results.jsonl").read_text().splitlines()[0])
     cell = finished / "cells" / line["config_hash"]
@@ -215,7 +215,7 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
 
 
 def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
-    from zoo.runner.config import suite_from_dict
+    from zoo.runner.suite import suite_from_dict
 
     (tmp_path / "my_experiment.py").write_text(
         "import json\n"
@@ -233,8 +233,8 @@ def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
 
 
 def test_table_cell_gives_raw_and_calibrated_ece():
-    from zoo.runner.report import _cell_text
+    from zoo.tasks.classification import Classification
 
     row = {"accuracy": 0.8, "ci95": 0.02, "ece": 0.5, "ece_calibrated": 0.03, "status": "done"}
-    assert _cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
-    assert _cell_text(row, error=True) == "20.0 ± 2.0% err"
+    assert Classification().cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
+    assert Classification().cell_text(row, error=True) == "20.0 ± 2.0% err"

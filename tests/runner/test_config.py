@@ -8,11 +8,10 @@ import pytest
 
 from zoo.errors import UnknownNameError
 from zoo.runner.bench import prepare_suite
-from zoo.runner.config import (
+from zoo.runner.cells import config_hash, expand_cells
+from zoo.runner.suite import (
     SuiteError,
     apply_overrides,
-    config_hash,
-    expand_cells,
     load_suite,
     suite_from_dict,
     suite_names,
@@ -30,12 +29,14 @@ def test_cell_hash_names_the_resolved_config():
     assert a.hash == config_hash(a.config()) and len(a.hash) == 16
     assert expand_cells(tiny_suite(), ["protonet"])[0].hash == a.hash  # stable across calls
     # every field of the identity changes the hash; run-only settings do not
-    for name, value in [("way", 4), ("shot", 2), ("query", 5), ("seed", 1), ("backbone", "mlp"),
-                        ("train_episodes", 7), ("hparams", {**a.hparams, "lr": 0.01})]:
+    for name, value in [("way", 4), ("shot", 2), ("query", 5)]:
+        assert dataclasses.replace(a, shape={**a.shape, name: value}).hash != a.hash, name
+    for name, value in [("seed", 1), ("backbone", "mlp"), ("train_episodes", 7),
+                        ("hparams", {**a.hparams, "lr": 0.01})]:
         assert dataclasses.replace(a, **{name: value}).hash != a.hash, name
     assert dataclasses.replace(a, checkpoint_every=99, max_bad_steps=1).hash == a.hash
-    assert dataclasses.replace(a, query=9).train_hash == a.train_hash
-    assert dataclasses.replace(a, train_query=9).train_hash != a.train_hash
+    assert dataclasses.replace(a, shape={**a.shape, "query": 9}).train_hash == a.train_hash
+    assert dataclasses.replace(a, shape={**a.shape, "train_query": 9}).train_hash != a.train_hash
 
 
 def test_hparams_are_resolved_in_the_cell():
@@ -90,7 +91,7 @@ def test_builtin_suites_load_and_expand():
     assert {(c.train_dataset, c.dataset) for c in paper} == {
         ("cub", "cub"), ("miniimagenet", "miniimagenet"), ("miniimagenet", "cub"),
         ("omniglot[protocol=no-latin]", "emnist")}
-    assert {(c.shot, c.train_episodes) for c in paper} == {(1, 60000), (5, 40000)}
+    assert {(c.shape["shot"], c.train_episodes) for c in paper} == {(1, 60000), (5, 40000)}
     assert {c.backbone for c in paper if c.dataset == "emnist"} == {"conv4s"}
 
 
@@ -107,8 +108,9 @@ def test_values_and_dataset_specs():
 def test_train_shot_trains_one_model_for_every_test_shot():
     per_shot = expand_cells(tiny_suite(shots=[1, 5]), ["protonet"])
     assert len({c.train_hash for c in per_shot}) == 2
-    assert all(c.train_shot == c.shot for c in per_shot)
+    assert all(c.shape["train_shot"] == c.shape["shot"] for c in per_shot)
     shared = expand_cells(tiny_suite(shots=[1, 5], train_shot=1), ["protonet"])
     assert len({c.train_hash for c in shared}) == 1
-    assert sorted({c.shot for c in shared}) == [1, 5] and {c.train_shot for c in shared} == {1}
-    assert "(trained 1-shot)" in [c for c in shared if c.shot == 5][0].label
+    assert sorted({c.shape["shot"] for c in shared}) == [1, 5]
+    assert {c.shape["train_shot"] for c in shared} == {1}
+    assert "(trained 1-shot)" in [c for c in shared if c.shape["shot"] == 5][0].label

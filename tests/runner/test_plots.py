@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from zoo.runner.plots import _legend_outside, method_styles  # noqa: E402
+from zoo.runner.plots import legend_outside, method_styles  # noqa: E402
 
 
 def test_every_method_gets_its_own_style_for_any_number_of_methods():
@@ -24,7 +24,7 @@ def test_the_legend_sits_outside_the_axes():
     fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
     for name, style in method_styles([f"method-{i}" for i in range(16)]).items():
         ax.plot([0, 1], [0, 1], label=name, **style)
-    _legend_outside(fig, ax)
+    legend_outside(fig, ax)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     (legend,) = fig.legends

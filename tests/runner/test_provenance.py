@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.runner.config import expand_cells
+from zoo.runner.cells import expand_cells
 
 from .conftest import tiny_suite
 

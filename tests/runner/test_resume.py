@@ -20,7 +20,7 @@ from .conftest import TINY, tiny_suite
 
 LONGER = {"train_episodes": 120, "checkpoint_every": 5, "val_every": 40}
 RUN = ("import json, sys; from pathlib import Path; from zoo.runner.bench import run_suite; "
-       "from zoo.runner.config import suite_from_dict; "
+       "from zoo.runner.suite import suite_from_dict; "
        "run_suite(suite_from_dict('tiny', json.loads(sys.argv[1])), out=Path(sys.argv[2]), "
        "device='cpu', progress=False)")
 

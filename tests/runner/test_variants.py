@@ -9,11 +9,11 @@ import json
 import pytest
 from zoo_protonet import ProtoNet
 
-from zoo.data import load_dataset
 from zoo.kernels import PolynomialKernel
-from zoo.plugins import registry
+from zoo.plugins import load_dataset, registry
 from zoo.runner.bench import run_suite
-from zoo.runner.config import Cell, SuiteError, apply_overrides, expand_cells, suite_from_dict
+from zoo.runner.cells import Cell, expand_cells
+from zoo.runner.suite import SuiteError, apply_overrides, suite_from_dict
 from zoo.runner.train import build_for_cell
 from zoo.spec import SpecError
 
@@ -39,9 +39,9 @@ class KernelProto(ProtoNet):
 @pytest.fixture
 def kernel_proto(monkeypatch):
     reg = registry()
-    monkeypatch.setitem(reg._items["methods"], "kernel-proto", KernelProto)
-    monkeypatch.setitem(reg._owner["methods"], "kernel-proto", "tests")
-    return KernelProto
+    reg.register("methods", "kernel-proto", KernelProto, owner="tests")
+    yield KernelProto
+    reg.unregister("methods", "kernel-proto")
 
 
 def test_variant_parts_expand_to_labelled_cells_with_their_hyperparameters():
@@ -59,10 +59,10 @@ def test_cells_without_a_variant_keep_their_identity():
     (cell,) = expand_cells(variant_suite(parts=[]), ["protonet"])
     assert cell.variant == "" and "variant" not in cell.config()
     run = {"checkpoint_every": cell.checkpoint_every, "max_bad_steps": cell.max_bad_steps}
-    assert Cell.from_config(cell.config(), **run) == cell
+    assert Cell.from_config(cell.config(), cell.task, **run) == cell
     labelled = dataclasses.replace(cell, variant="x")
     assert labelled.hash != cell.hash and labelled.train_hash == cell.train_hash
-    assert Cell.from_config(labelled.config(), **run) == labelled
+    assert Cell.from_config(labelled.config(), cell.task, **run) == labelled
 
 
 def test_part_hyperparameters_win_over_method_tables_and_must_belong_to_a_method():
@@ -79,11 +79,12 @@ def test_kernel_options_in_the_spec_reach_the_kernel(kernel_proto):
     data = load_dataset("glyphs")
     (cell,) = expand_cells(variant_suite(parts=[], kernel="polynomial[order=1,offset=0.5]"),
                            ["kernel-proto"])
-    kernel = build_for_cell(cell, data, "cpu").kernel
+    kernel = build_for_cell(cell, data, "cpu", registry()).kernel
     assert isinstance(kernel, PolynomialKernel) and kernel.order == 1
     assert float(kernel._positive(kernel.raw_offset).detach()) == pytest.approx(0.5)
     with pytest.raises(SpecError, match="kernel 'polynomial\\[order\\]'"):
-        build_for_cell(dataclasses.replace(cell, kernel="polynomial[order]"), data, "cpu")
+        build_for_cell(dataclasses.replace(cell, kernel="polynomial[order]"), data, "cpu",
+                       registry())
 
 
 def test_variants_are_rows_of_the_report(tmp_path):

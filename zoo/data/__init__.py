@@ -1,4 +1,6 @@
-"""Few-shot data sets. Each is a factory ``(data_dir=None, download=True, **options)``."""
+"""Few-shot data sets. Each is a factory ``(data_dir=None, download=True, **options)``; a data set
+is built by its registered name with :func:`zoo.plugins.load_dataset` (this package does not know
+the registry, so that it does not import the plugin host that registers it)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,4 @@ DATASETS = {
 }
 
 __all__ = ["DATASETS", "FewShotDataset", "FileDataset", "TensorDataset", "cache_root",
-           "data_root", "load_dataset"]
-
-
-def load_dataset(name: str, data_dir=None, download: bool = True, **options) -> FewShotDataset:
-    """Build a registered data set by name (built-in or from a plugin)."""
-    from zoo.plugins import registry
-
-    return registry().get("datasets", name)(data_dir=data_dir, download=download, **options)
+           "data_root"]

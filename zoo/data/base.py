@@ -82,7 +82,6 @@ class FewShotDataset(ABC):
     name: str
     in_channels: int
     image_size: int
-    task: str = "classification"
     class_names: list[str]
     class_sizes: Tensor
     splits: Mapping[str, Sequence[int]]

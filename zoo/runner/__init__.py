@@ -1,13 +1,18 @@
 """The benchmark runner: suites expand into cells; each cell trains (resumably) a registered method
-on one data set, selects its best checkpoint and fits a temperature on validation episodes, and is
-scored on identical test episodes; results go to a results folder that ``zoo report`` reads.
+on one data set, selects its best checkpoint and calibrates on validation episodes, and is scored
+on identical test episodes; results go to a results folder that ``zoo report`` reads. What
+episodes are, what a prediction is and how it is scored belong to the cell's task kind
+(:mod:`zoo.tasks`); the runner only calls it.
 
-Modules: :mod:`~zoo.runner.config` (suites, cells, ``--set``), :mod:`~zoo.runner.storage`
-(results folder, atomic files, env.json), :mod:`~zoo.runner.train`, :mod:`~zoo.runner.evaluate`,
-:mod:`~zoo.runner.cell` (one unit of work), :mod:`~zoo.runner.executors` (local, Ray),
-:mod:`~zoo.runner.bench` (a whole suite), :mod:`~zoo.runner.report` (tables and plots).
+Modules: :mod:`~zoo.runner.suite` (suites, ``--set``), :mod:`~zoo.runner.cells` (cells and their
+hashes), :mod:`~zoo.runner.storage` (results folder, atomic files, env.json),
+:mod:`~zoo.runner.train`, :mod:`~zoo.runner.evaluate`, :mod:`~zoo.runner.cell` (one unit of work),
+:mod:`~zoo.runner.executors` (local, Ray), :mod:`~zoo.runner.bench` (a whole suite),
+:mod:`~zoo.runner.collect` (a results folder read back), :mod:`~zoo.runner.report` (tables),
+:mod:`~zoo.runner.plots` (figures).
 """
 
-from zoo.runner.config import Cell, Suite, expand_cells, load_suite, suite_names
+from zoo.runner.cells import Cell, expand_cells
+from zoo.runner.suite import Suite, load_suite, suite_names
 
 __all__ = ["Cell", "Suite", "expand_cells", "load_suite", "suite_names"]

@@ -18,18 +18,17 @@ from tqdm.auto import tqdm
 
 from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
-from zoo.runner.config import (
-    SETTINGS,
-    Cell,
+from zoo.runner.cells import Cell, expand_cells
+from zoo.runner.executors import LocalExecutor, RayExecutor
+from zoo.runner.storage import Results
+from zoo.runner.suite import (
     Suite,
     SuiteError,
     apply_overrides,
-    expand_cells,
+    is_setting,
     load_suite,
     select_methods,
 )
-from zoo.runner.executors import LocalExecutor, RayExecutor
-from zoo.runner.storage import Results
 from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
@@ -58,16 +57,20 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[str] | None = None
-                  ) -> tuple[Suite, list[str]]:
+def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[str] | None = None,
+                  registry: Any = None) -> tuple[Suite, list[str]]:
     """The suite (a registered name, or a :class:`Suite`) with ``--set`` applied and the methods
     it will run."""
-    suite = name if isinstance(name, Suite) else load_suite(name)
+    if registry is None:
+        from zoo.plugins import registry as process_registry
+
+        registry = process_registry()
+    suite = name if isinstance(name, Suite) else load_suite(name, registry)
     name = suite.name
-    setting_sets = [s for s in sets if s.partition("=")[0].strip() in SETTINGS]
-    suite = apply_overrides(suite, setting_sets, [])
-    methods = [] if suite.settings["entry"] else select_methods(suite, only)
-    suite = apply_overrides(suite, [s for s in sets if s not in setting_sets], methods)
+    setting_sets = [s for s in sets if is_setting(suite, s)]
+    suite = apply_overrides(suite, setting_sets, [], registry)
+    methods = [] if suite.settings["entry"] else select_methods(suite, only, registry)
+    suite = apply_overrides(suite, [s for s in sets if s not in setting_sets], methods, registry)
     if not suite.settings["entry"] and not methods:
         raise SuiteError(f"suite {name!r} selects no method; install a method plugin "
                          "(zoo methods lists the installed ones)")
@@ -76,9 +79,8 @@ def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[st
 
 def check_requirements(suite: Suite, device: str, data_dir: str | None,
                        datasets: DatasetCache) -> None:
-    """Load every data set the suite names and check the device; report everything missing."""
-    from zoo.plugins import registry
-
+    """Load every data set the suite names and check the device and that each data set is of the
+    suite's task kind; report everything missing."""
     missing = []
     parts = suite.part_settings()
     if any("cuda" in s["requires"] for s in parts) and not device.startswith("cuda"):
@@ -86,7 +88,8 @@ def check_requirements(suite: Suite, device: str, data_dir: str | None,
                        "--device cuda)" if not torch.cuda.is_available() else
                        "--device cuda (a GPU is here, but --device selects the CPU)")
     names = dict.fromkeys(n for s in parts for n in [*s["train_datasets"], *s["test_datasets"]])
-    known = registry().names("datasets")
+    known = datasets.registry.names("datasets")
+    task = datasets.registry.get("tasks", suite.settings["task"])
     for name in names:
         base, _ = parse_spec(name)
         if base not in known:
@@ -94,7 +97,7 @@ def check_requirements(suite: Suite, device: str, data_dir: str | None,
                            f"provides it); registered: {', '.join(known)}")
             continue
         try:  # no download for a suite that cannot run here anyway
-            datasets.get(name, download=not missing)
+            task.check_data(datasets.get(name, download=not missing), name)
         except ZooError as exc:
             missing.append(f"data set {name!r}: {exc}")
     if missing:
@@ -124,17 +127,22 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
-              force: bool = False, progress: bool = True) -> BenchOutcome:
-    """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed."""
+              force: bool = False, progress: bool = True, registry: Any = None) -> BenchOutcome:
+    """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed.
+    ``registry``: the plugin registry (default: this process's)."""
     if executor not in ("local", "ray"):
         raise UnknownNameError("executor", executor, ["local", "ray"])
+    if registry is None:
+        from zoo.plugins import registry as process_registry
+
+        registry = process_registry()
     device = resolve_device(device)
-    suite, method_names = prepare_suite(name, sets, methods)
+    suite, method_names = prepare_suite(name, sets, methods, registry)
     if suite.settings["entry"]:
         run_entry(suite, out, data_dir, device)
         return BenchOutcome(out)
-    cells = expand_cells(suite, method_names)
-    datasets = DatasetCache(data_dir, device)
+    cells = expand_cells(suite, method_names, registry)
+    datasets = DatasetCache(data_dir, device, registry)
     check_requirements(suite, device, data_dir, datasets)
     results = Results.open(out)
     with results.writer():
@@ -160,12 +168,8 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                 if o.result is not None:
                     results.add_result(o.result)
                     outcome.finished.append(o)
-                    r = o.result
-                    line = (f"done   {o.label}: accuracy {100 * r['accuracy']:.1f} "
-                            f"+- {100 * r['ci95']:.1f}%, ECE {100 * r['ece']:.1f}% "
-                            f"(calibrated {100 * r['ece_calibrated']:.1f}%), "
-                            f"train {r['train_seconds']:.0f}s, "
-                            f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+                    task = registry.get("tasks", o.result.get("task", "classification"))
+                    line = f"done   {o.label}: {task.done_line(o.result)}"
                 else:
                     outcome.failed.append(o)
                     line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"

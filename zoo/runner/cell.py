@@ -16,13 +16,11 @@ from typing import Any
 
 import torch
 
-from zoo.data import load_dataset
-from zoo.data.base import FewShotDataset
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.allocator import retain_freed_memory
-from zoo.runner.config import Cell
-from zoo.runner.evaluate import check_compatible, evaluate, summarise
+from zoo.runner.cells import Cell
+from zoo.runner.evaluate import evaluate
 from zoo.runner.storage import Results, environment, link_or_copy
 from zoo.runner.train import seed_everything, train_model
 from zoo.spec import parse_spec
@@ -43,15 +41,16 @@ class Outcome:
 class DatasetCache:
     """Data sets loaded once per process and moved to the device once."""
 
-    def __init__(self, data_dir: str | None, device: str):
-        self.data_dir, self.device = data_dir, device
-        self._loaded: dict[str, FewShotDataset] = {}
+    def __init__(self, data_dir: str | None, device: str, registry: Any):
+        self.data_dir, self.device, self.registry = data_dir, device, registry
+        self._loaded: dict[str, Any] = {}
 
-    def get(self, name: str, download: bool = True) -> FewShotDataset:
+    def get(self, name: str, download: bool = True) -> Any:
         if name not in self._loaded:
             base, options = parse_spec(name)
+            factory = self.registry.get("datasets", base)
             try:
-                dataset = load_dataset(base, data_dir=self.data_dir, download=download, **options)
+                dataset = factory(data_dir=self.data_dir, download=download, **options)
             except TypeError as exc:
                 raise ZooError(f"data set {name!r}: {exc}; see `zoo datasets` for its "
                                "factory's options") from exc
@@ -61,8 +60,15 @@ class DatasetCache:
 
 def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: str,
              threads: int = 0, progress: bool = False,
-             datasets: DatasetCache | None = None) -> list[Outcome]:
-    """Train the shared model of ``cells`` and score every cell not yet done."""
+             datasets: DatasetCache | None = None, registry: Any = None) -> list[Outcome]:
+    """Train the shared model of ``cells`` and score every cell not yet done. ``registry``: the
+    plugin registry (default: this process's; a worker process loads its own)."""
+    if registry is None and datasets is not None:
+        registry = datasets.registry
+    if registry is None:
+        from zoo.plugins import registry as process_registry
+
+        registry = process_registry()
     retain_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
@@ -70,7 +76,7 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
     results = Results(root)
-    datasets = datasets or DatasetCache(data_dir, device)
+    datasets = datasets or DatasetCache(data_dir, device, registry)
     pending = [c for c in cells if not results.is_done(c.hash)]
     if not pending:
         return []
@@ -84,7 +90,9 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
     train_dir = results.train_dir(first.train_hash)
     try:
         seed_everything(first.seed)
-        trained = train_model(first, train_dir, datasets.get(first.train_dataset), device, progress)
+        train_data = datasets.get(first.train_dataset)
+        first.task.check_data(train_data, first.train_dataset)
+        trained = train_model(first, train_dir, train_data, device, registry, progress)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -95,7 +103,6 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
             atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
         return [Outcome(c.hash, c.label, error=_first_line(message)) for c in pending]
 
-    train_data = datasets.get(first.train_dataset)
     outcomes = []
     for cell in pending:
         folder = results.cell_dir(cell.hash)
@@ -113,24 +120,25 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
     return outcomes
 
 
-def _score(cell: Cell, folder: Path, trained: Any, train_data: FewShotDataset,
+def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
            datasets: DatasetCache, device: str, env: dict[str, Any], progress: bool,
            train_dir: Path) -> dict[str, Any]:
+    task = cell.task
     test_data = datasets.get(cell.dataset)
-    check_compatible(cell.train_config(), test_data, train_data.in_channels, train_data.image_size)
+    task.check_data(test_data, cell.dataset)
+    task.check_compatible(train_data, test_data, cell.method)
     seed_everything(cell.seed)
-    records = evaluate(trained.method, test_data, way=cell.way, shot=cell.shot, query=cell.query,
+    records = evaluate(task, trained.method, cell.method, test_data, shape=cell.shape,
                        seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
                        records_path=folder / "episodes.jsonl", progress=progress, label=cell.label)
-    summary = summarise(records, trained.temperature)
     info = trained.info
     result = {
-        "method": cell.method, "dataset": cell.dataset, "train_dataset": cell.train_dataset,
-        "backbone": cell.backbone, "kernel": cell.kernel, "way": cell.way, "shot": cell.shot,
-        "train_shot": cell.train_shot, "query": cell.query, "seed": cell.seed,
-        "train_episodes": cell.train_episodes,
-        **summary,
-        "train_seconds": info["train_seconds"], "val_accuracy": info["val_accuracy"],
+        "method": cell.method, "task": task.name, "dataset": cell.dataset,
+        "train_dataset": cell.train_dataset, "backbone": cell.backbone, "kernel": cell.kernel,
+        **cell.shape, "seed": cell.seed, "train_episodes": cell.train_episodes,
+        **task.summarise(records), "temperature": trained.temperature,
+        "train_seconds": info["train_seconds"],
+        task.selection_key: info[task.selection_key],
         "selection": info["selection"], "skipped_steps": info["skipped_steps"],
         "counters": trained.method.counters(), "hparams": dict(trained.method.hparams),
         "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],

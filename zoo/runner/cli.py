@@ -89,12 +89,14 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 
 @command("train", _train_args)
 def train_cmd(args: argparse.Namespace) -> int:
-    """Meta-train one method on one data set (resumable); writes a run folder for zoo evaluate."""
+    """Meta-train one classification method on one data set (resumable); writes a run folder for
+    zoo evaluate."""
     from zoo.method import resolve_hparams
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
-    from zoo.runner.config import Cell, SuiteError
+    from zoo.runner.cells import Cell
+    from zoo.runner.suite import SuiteError
     from zoo.runner.train import start_over, train_model
     from zoo.runner.validate import check_settings
     from zoo.spec import parse_value
@@ -102,7 +104,12 @@ def train_cmd(args: argparse.Namespace) -> int:
     check_settings({"ways": args.way, "shots": args.shot, "train_episodes": args.episodes,
                     "train_query": args.query, "val_episodes": args.val_episodes,
                     "val_every": args.val_every}, "zoo train")
-    cls = registry().get("methods", args.method)
+    reg = registry()
+    cls = reg.get("methods", args.method)
+    task = reg.get("tasks", "classification")
+    if cls.task != task.name:
+        raise SuiteError(f"zoo train trains classification methods; {args.method!r} solves "
+                         f"{cls.task!r} tasks: run it in a {cls.task} suite with zoo bench")
     given = {}
     for item in args.sets:
         key, sep, value = item.partition("=")
@@ -114,18 +121,18 @@ def train_cmd(args: argparse.Namespace) -> int:
                 train_dataset=args.dataset, dataset=args.dataset,
                 backbone=args.backbone or cls.default_backbone,
                 kernel=(args.kernel or cls.default_kernel) if cls.uses_kernel else args.kernel,
-                way=args.way, shot=args.shot, train_shot=args.shot, query=15,
-                train_query=args.query, seed=args.seed,
-                train_episodes=args.episodes, val_episodes=args.val_episodes,
-                val_every=args.val_every, test_episodes=0,
-                provenance=registry().provenance("methods", args.method))
+                seed=args.seed, train_episodes=args.episodes, val_episodes=args.val_episodes,
+                val_every=args.val_every, test_episodes=0, task=task,
+                shape={"way": args.way, "shot": args.shot, "train_shot": args.shot, "query": 15,
+                       "train_query": args.query},
+                provenance=reg.provenance("methods", args.method))
     out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
                                       f"{cell.train_hash[:8]}")
-    dataset = DatasetCache(args.data_dir, device).get(args.dataset)
+    dataset = DatasetCache(args.data_dir, device, reg).get(args.dataset)
     if args.force:
         start_over(out)
-    trained = train_model(cell, out, dataset, device, progress=not args.no_progress)
-    val = trained.info["val_accuracy"]
+    trained = train_model(cell, out, dataset, device, reg, progress=not args.no_progress)
+    val = trained.info[task.selection_key]
     print(f"trained {cell.label} in {trained.info['train_seconds']:.0f} s: "
           f"validation accuracy {'-' if val is None else f'{100 * val:.1f}%'}, "
           f"temperature {trained.temperature:.3f}; run folder {out}")
@@ -148,34 +155,43 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
 
 @command("evaluate", _evaluate_args)
 def evaluate_cmd(args: argparse.Namespace) -> int:
-    """Score a trained model on a data set's test episodes (cross-domain, Lake's runs)."""
+    """Score a trained classification model on a data set's test episodes (cross-domain, Lake's
+    runs)."""
+    from zoo.errors import ZooError
+    from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
-    from zoo.runner.config import Cell
-    from zoo.runner.evaluate import check_compatible, evaluate, summarise
+    from zoo.runner.cells import Cell
+    from zoo.runner.evaluate import evaluate
     from zoo.runner.train import build_for_cell, load_run
     from zoo.runner.validate import check_settings
 
     check_settings({"ways": args.way, "shots": args.shot, "query": args.query,
                     "test_episodes": args.episodes}, "zoo evaluate")
+    reg = registry()
     device = resolve_device(args.device)
     config, blob = load_run(args.run, device)
+    task = reg.get("tasks", config.get("task", "classification"))
+    if task.name != "classification":
+        raise ZooError(f"zoo evaluate scores classification models; {args.run} holds a "
+                       f"{task.name} model: score it with zoo bench on a {task.name} suite")
     way, shot = args.way or config["way"], args.shot or config["train_shot"]
     seed = config["seed"] if args.seed is None else args.seed
-    cell = Cell(**{**config, "way": way, "shot": shot}, dataset=args.dataset, query=args.query,
-                test_episodes=args.episodes)
-    datasets = DatasetCache(args.data_dir, device)
+    cell = Cell.from_config({**config, "way": way, "shot": shot, "query": args.query}, task,
+                            dataset=args.dataset, test_episodes=args.episodes)
+    datasets = DatasetCache(args.data_dir, device, reg)
     test_data = datasets.get(args.dataset)
     train_data = datasets.get(config["train_dataset"])
-    check_compatible(config, test_data, train_data.in_channels, train_data.image_size)
-    method = build_for_cell(cell, train_data, device)
+    task.check_data(test_data, args.dataset)
+    task.check_compatible(train_data, test_data, config["method"])
+    method = build_for_cell(cell, train_data, device, reg)
     method.load_state_dict(blob["state_dict"])
-    records = evaluate(method, test_data, way=way, shot=shot, query=args.query, seed=seed,
+    records = evaluate(task, method, config["method"], test_data, shape=cell.shape, seed=seed,
                        count=args.episodes, temperature=blob["temperature"],
                        progress=not args.no_progress, label=f"{config['method']} {args.dataset}")
     summary = {"method": config["method"], "train_dataset": config["train_dataset"],
                "dataset": args.dataset, "way": way, "shot": shot, "seed": seed,
-               **summarise(records, blob["temperature"])}
+               **task.summarise(records), "temperature": blob["temperature"]}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -213,11 +229,13 @@ def suites_cmd(args: argparse.Namespace) -> int:
     """List benchmark suites (built-in and from plugins)."""
     from zoo.cli import print_rows
     from zoo.plugins import registry
-    from zoo.runner.config import load_suite, suite_names
+    from zoo.runner.suite import load_suite, suite_names
 
+    reg = registry()
     rows = []
-    for name in suite_names():
-        suite = load_suite(name)
-        rows.append({"name": name, "plugin": registry().owner("suites", name),
-                     "source": suite.source, "description": suite.settings["description"]})
+    for name in suite_names(reg):
+        suite = load_suite(name, reg)
+        rows.append({"name": name, "plugin": reg.owner("suites", name),
+                     "task": suite.settings["task"], "source": suite.source,
+                     "description": suite.settings["description"]})
     return print_rows(rows, args.json)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from zoo.errors import ZooError
 from zoo.runner.cell import DatasetCache, Outcome, run_unit
-from zoo.runner.config import Cell
+from zoo.runner.cells import Cell
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,8 @@
-"""Figures of a report: reliability diagrams per method, training curves and inner-loop
-convergence curves per setting (PNG, matplotlib's Agg backend: no display needed).
+"""Figures of a report (PNG, matplotlib's Agg backend: no display needed): training curves and
+inner-loop convergence curves per setting for every kind, and what each task kind adds through
+:meth:`zoo.tasks.Task.draw` (classification: reliability diagrams; regression: metrics against
+context size; ...). Helpers here (:func:`pyplot`, :func:`save`, :func:`method_styles`,
+:func:`legend_outside`) are what those use.
 
 A method has one style (colour, line style, marker) in every figure, distinct from every other
 method's for any number of methods, and legends sit outside the axes so they hide no curve."""
@@ -7,17 +10,16 @@ method's for any number of methods, and legends sit outside the axes so they hid
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from zoo.io import atomic_write_bytes
-
-if TYPE_CHECKING:
-    from zoo.runner.report import Report
-
+from zoo.metrics import reliability_bins
+from zoo.runner.collect import Entry, Report, inner_curves
 
 COLOURS = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink",
                                  "gray", "olive", "cyan")]
@@ -25,16 +27,17 @@ LINES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 
 
-def method_styles(methods: list[str]) -> dict[str, dict[str, str]]:
+def method_styles(methods: list[str]) -> dict[str, dict[str, Any]]:
     """A distinct (colour, line style, marker) for each method, in order: the colour cycles
     fastest, the line style changes after every ten methods (40 distinct pairs), and the
     marker's period of seven, prime to ten, tells apart what is left."""
     return {m: {"color": COLOURS[i % len(COLOURS)],
                 "linestyle": LINES[i // len(COLOURS) % len(LINES)],
-                "marker": MARKERS[i % len(MARKERS)]} for i, m in enumerate(methods)}
+                "marker": MARKERS[i % len(MARKERS)], "markersize": 4, "lw": 1.2}
+            for i, m in enumerate(methods)}
 
 
-def _legend_outside(fig, ax) -> None:
+def legend_outside(fig: Any, ax: Any) -> None:
     """One legend for the figure, right of the axes, in as many columns as fit the figure."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -42,29 +45,49 @@ def _legend_outside(fig, ax) -> None:
                    ncols=1 + len(labels) // 18)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
-def _save(fig, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def draw_all(report: Report, out: Path) -> list[Path]:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    from zoo.runner.report import inner_curves, reliability, setting_label
+    return plt
 
-    styles = method_styles(report.methods)
+
+def save(fig: Any, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    atomic_write_bytes(path, buf.getvalue())
+    pyplot().close(fig)
+    return path
+
+
+def draw_all(report: Report, out: Path) -> list[Path]:
+    written = []
+    for kind in report.kinds():
+        written += report.tasks[kind].draw(report, out)
+    written += training_curves(report, out)
+    return written
+
+
+def reliability(entry: Entry, calibrated: bool = False):
+    records = list(entry.episodes.values())
+    key = "confidence_calibrated" if calibrated else "confidence"
+    return reliability_bins(np.concatenate([r[key] for r in records]),
+                            np.concatenate([r["correct"] for r in records]))
+
+
+def reliability_diagrams(report: Report, out: Path) -> list[Path]:
+    """One figure per classification method: accuracy against confidence per setting."""
+    plt = pyplot()
     written = []
     for method in report.methods:
-        done = [s for s in report.settings
-                if (method, s) in report.entries and report.entries[(method, s)].episodes]
+        done = [s for s in report.settings if s[0] == "classification"
+                and (method, s) in report.entries and report.entries[(method, s)].episodes]
         if not done:
             continue
         fig, axes = plt.subplots(1, len(done), figsize=(3.2 * len(done), 3.5), squeeze=False,
@@ -80,49 +103,86 @@ def draw_all(report: Report, out: Path) -> list[Path]:
                 ax.bar(centers[full], bins.accuracy[full], width=width[full] * 0.9,
                        alpha=0.5, color=color, label=name, edgecolor=color)
             ax.plot([0, 1], [0, 1], "k--", lw=1)
-            ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", title=setting_label(s))
+            ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", title=report.label(s))
         axes[0][0].set_ylabel("accuracy")
         axes[0][0].legend(fontsize=7, loc="upper left")
         fig.suptitle(f"{method}: reliability")
-        path = out / f"reliability-{_slug(method)}.png"
-        _save(fig, path)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out / f"reliability-{slug(method)}.png"))
+    return written
 
+
+def training_curves(report: Report, out: Path) -> list[Path]:
+    """Meta-loss and validation score during training, and inner-loop convergence, per setting."""
+    plt = pyplot()
+    styles = method_styles(report.methods)
+    written, drawn = [], set()
     for s in report.settings:
+        task = report.tasks[s[0]]
+        label = report.label(s)
         entries = [report.entries[(m, s)] for m in report.methods
-                   if (m, s) in report.entries and report.entries[(m, s)].curves]
-        if entries:
+                   if (m, s) in report.entries and any(report.entries[(m, s)].curves)]
+        # settings that share their trainings (regression context sizes) get one figure
+        key = json.dumps([(e.method, e.curves) for e in entries], sort_keys=True)
+        if entries and key not in drawn:
+            drawn.add(key)
             fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10.5, 3.8), layout="constrained")
+            key = task.selection_key
             for e in entries:
-                curve = e.curves[0]
+                curve = next(c for c in e.curves if c)
                 x = [p["episode"] for p in curve]
-                style = {**styles[e.method], "markersize": 4, "lw": 1.2}
-                ax_loss.plot(x, [p["loss"] for p in curve], label=e.method, **style)
-                if any("val_accuracy" in p for p in curve):
-                    ax_val.plot(x, [p.get("val_accuracy", np.nan) for p in curve], **style)
-            ax_loss.set(xlabel="training episode", ylabel="meta-loss", yscale="log")
-            ax_val.set(xlabel="training episode", ylabel="validation accuracy")
-            _legend_outside(fig, ax_loss)
-            fig.suptitle(f"training: {setting_label(s)} (seed {entries[0].results[0]['seed']})"
-                         if entries[0].results else f"training: {setting_label(s)}")
-            path = out / f"training-{_slug(setting_label(s))}.png"
-            _save(fig, path)
-            plt.close(fig)
-            written.append(path)
+                ax_loss.plot(x, [p["loss"] for p in curve], label=e.method, **styles[e.method])
+                if any(key in p for p in curve):
+                    ax_val.plot(x, [p.get(key, np.nan) for p in curve], **styles[e.method])
+            ax_loss.set(xlabel="training episode", ylabel="meta-loss",
+                        yscale="log" if all(p["loss"] > 0 for e in entries
+                                            for p in next(c for c in e.curves if c)) else "linear")
+            ax_val.set(xlabel="training episode", ylabel=key.replace("val_", "validation "))
+            legend_outside(fig, ax_loss)
+            fig.suptitle(f"training: {label} (seed {entries[0].results[0]['seed']})"
+                         if entries[0].results else f"training: {label}")
+            written.append(save(fig, out / f"training-{slug(label)}.png"))
         inner = [(m, inner_curves(report.entries[(m, s)])) for m in report.methods
                  if (m, s) in report.entries]
         inner = [(m, c) for m, c in inner if c is not None]
         if inner:
             fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
             for m, c in inner:
-                ax.plot(np.arange(1, len(c) + 1), c, label=m, markersize=4, lw=1.2,
-                        markevery=max(1, len(c) // 12), **styles[m])
+                ax.plot(np.arange(1, len(c) + 1), c, label=m,
+                        **{**styles[m], "markevery": max(1, len(c) // 12)})
             ax.set(xlabel="inner step", ylabel="inner objective (mean over test episodes)",
-                   title=f"convergence: {setting_label(s)}")
-            _legend_outside(fig, ax)
-            path = out / f"convergence-{_slug(setting_label(s))}.png"
-            _save(fig, path)
-            plt.close(fig)
-            written.append(path)
+                   title=f"convergence: {label}")
+            legend_outside(fig, ax)
+            written.append(save(fig, out / f"convergence-{slug(label)}.png"))
+    return written
+
+
+def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str, str]],
+                 out: Path, name: str, log_x: bool = False, log_y: bool = False) -> list[Path]:
+    """Per (train, test) data set pair: each metric of the summary against the shape key
+    ``x_key``, one line per method (regression: against context size; integration: budget)."""
+    plt = pyplot()
+    styles = method_styles(report.methods)
+    written = []
+    pairs = sorted({(s[1], s[2]) for s in report.settings if s[0] == kind})
+    task = report.tasks[kind]
+    index = task.column_keys.index(x_key)
+    for train, test in pairs:
+        settings = [s for s in report.settings if s[:3] == (kind, train, test)]
+        fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.3), squeeze=False,
+                                 layout="constrained")
+        for m in report.methods:
+            points = [(s[3][index], report.entries[(m, s)].summary()) for s in settings
+                      if (m, s) in report.entries and report.entries[(m, s)].results]
+            if not points:
+                continue
+            points.sort(key=lambda p: p[0])
+            for ax, (key, _) in zip(axes[0], metrics):
+                ax.plot([p[0] for p in points], [p[1][key] for p in points], label=m, **styles[m])
+        for ax, (_, title) in zip(axes[0], metrics):
+            ax.set(xlabel=x_key, title=title, xscale="log" if log_x else "linear",
+                   yscale="log" if log_y else "linear")
+        legend_outside(fig, axes[0][0])
+        where = test if train == test else f"{train}->{test}"
+        fig.suptitle(f"{kind}: {where}")
+        written.append(save(fig, out / f"{name}-{slug(where)}.png"))
     return written

@@ -33,7 +33,7 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.allocator import malloc_setting
-from zoo.runner.config import config_hash
+from zoo.runner.cells import config_hash
 
 FORMAT = {"format": "zoo-results", "version": 1}
 MARKER = "zoo-results.json"
@@ -102,12 +102,10 @@ class Results:
         for path in _entries(self.root / "suites"):
             if path.suffix != ".json" or not isinstance(_read_json(path), dict):
                 raise ResultsFolderError(path, "is not a suite record")
-        self._validate_runs("train", TRAIN_FILES, train=True)
-        self._validate_runs("cells", CELL_FILES, train=False)
+        self._validate_runs("train", TRAIN_FILES)
+        self._validate_runs("cells", CELL_FILES)
 
-    def _validate_runs(self, kind: str, allowed: set[str], train: bool) -> None:
-        from zoo.runner.config import Cell
-
+    def _validate_runs(self, kind: str, allowed: set[str]) -> None:
         for run in _entries(self.root / kind):
             if not (run.is_dir() and HASH_RE.match(run.name)):
                 raise ResultsFolderError(run, f"is not a {kind} directory (16 hex digits)")
@@ -120,12 +118,10 @@ class Results:
             config = _read_json(config_path)
             if not isinstance(config, dict):
                 raise ResultsFolderError(config_path, "is not a configuration object")
-            if not train:
-                try:
-                    Cell.from_config(config)
-                except TypeError as exc:
-                    raise ResultsFolderError(config_path,
-                                             f"is not a cell configuration ({exc})") from None
+            missing = {"method", "hparams", "train_dataset", "seed"} - set(config)
+            if missing:
+                raise ResultsFolderError(config_path, f"is not a {kind} configuration (no "
+                                         f"{', '.join(sorted(missing))})")
             if config_hash(config) != run.name:
                 raise ResultsFolderError(config_path, "does not match the hash its folder is "
                                          "named by (edited by hand?)")

@@ -1,6 +1,8 @@
 """Meta-training one model, resumably: Adam over the method's parameter groups, ``meta_batch``
 episodes per step, non-finite steps skipped and counted, periodic validation that keeps the best
-checkpoint, and a temperature fitted on the validation episodes of the selected model.
+checkpoint (by the task kind's selection score), and the kind's calibration (classification: a
+temperature) fitted on the validation episodes of the selected model. A method without trainable
+parameters (a Monte Carlo baseline) is saved as built.
 
 Training episodes are a pure function of the cell's seed and the episode index, and a checkpoint
 holds model, optimizer, every RNG and the step, so a killed training resumes where it stopped
@@ -20,16 +22,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
-from zoo.data.base import FewShotDataset
-from zoo.episode import EpisodeSampler
 from zoo.errors import NumericalError, ZooError
 from zoo.io import atomic_save, atomic_write_json, atomic_write_text, load_checkpoint
-from zoo.method import Method, build_method
-from zoo.metrics import fit_temperature
-from zoo.runner.config import Cell
-from zoo.spec import parse_spec
+from zoo.runner.cells import Cell
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +50,7 @@ class TrainState:
 class TrainedModel:
     """The selected model, ready to predict, with what the report needs about its training."""
 
-    method: Method
+    method: nn.Module
     temperature: float
     info: dict[str, Any]
 
@@ -82,43 +80,34 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def build_for_cell(cell: Cell, dataset: FewShotDataset, device: str) -> Method:
-    """The cell's method, untrained; ``cell.kernel`` may carry options (``polynomial[order=1]``)."""
-    kernel, kernel_options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
-    method = build_method(cell.method, way=cell.way, in_channels=dataset.in_channels,
-                          image_size=dataset.image_size, backbone=cell.backbone,
-                          kernel=kernel, kernel_options=kernel_options, seed=cell.seed,
-                          **cell.hparams)
-    return method.to(device)
+def build_for_cell(cell: Cell, dataset: Any, device: str, registry: Any) -> nn.Module:
+    """The cell's method, untrained (its task kind builds it)."""
+    cls = registry.get("methods", cell.method)
+    return cell.task.build(cls, cell, dataset, registry).to(device)
 
 
-def has_split(dataset: FewShotDataset, split: str) -> bool:
-    return split in dataset.splits and len(dataset.splits[split]) > 0
+def has_split(dataset: Any, split: str) -> bool:
+    splits = getattr(dataset, "splits", {})
+    return split in splits and len(splits[split]) > 0
 
 
-def validate(method: Method, cell: Cell, dataset: FewShotDataset) -> tuple[float, torch.Tensor,
-                                                                           torch.Tensor]:
-    """Mean accuracy on the fixed validation episodes, and their log-probabilities and labels."""
-    sampler = EpisodeSampler(dataset, "val", cell.way, cell.train_shot, cell.query, seed=cell.seed)
+def validate(method: nn.Module, cell: Cell, dataset: Any) -> tuple[float, dict[str, Any]]:
+    """The selection score on the fixed validation episodes, and what calibration needs."""
+    get = cell.task.episodes(dataset, "val", cell.shape, cell.seed, training=False)
     was_training = method.training
     method.eval()
-    logps, labels = [], []
     with torch.no_grad():
-        for i in range(cell.val_episodes):
-            episode = sampler[i]
-            probs = method.predict(episode).probs
-            logps.append(probs.double().clamp_min(1e-12).log())
-            labels.append(episode.query_y)
+        score, payload = cell.task.validate(method, get, cell.val_episodes, cell.method)
     method.train(was_training)
-    logp, y = torch.cat(logps), torch.cat(labels)
-    return float((logp.argmax(1) == y).double().mean()), logp.cpu(), y.cpu()
+    return score, payload
 
 
-def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
+def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: Any,
                 progress: bool = False) -> TrainedModel:
     """Train (or resume, or just load) the model of ``cell`` in ``folder``."""
     check_same_config(folder, cell.train_config())
-    method = build_for_cell(cell, dataset, device)
+    task = cell.task
+    method = build_for_cell(cell, dataset, device, registry)
     model_path = folder / "model.pt"
     if (folder / "done").exists():
         blob = load_checkpoint(model_path, device)
@@ -128,7 +117,10 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
 
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / "config.json", cell.train_config())
-    optimizer = torch.optim.Adam(method.param_groups())
+    groups = [g for g in method.param_groups() if g["params"]]
+    if not groups:  # nothing to meta-train: the method is used as built
+        return _finish(cell, folder, method, TrainState(), False, device)
+    optimizer = torch.optim.Adam(groups)
     state = TrainState()
     seed_everything(cell.seed)
     ckpt_path, best_path = folder / "checkpoint.pt", folder / "best.pt"
@@ -143,8 +135,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
 
     validating = has_split(dataset, "val") and cell.val_episodes > 0
     meta_batch = method.meta_batch
-    sampler = EpisodeSampler(dataset, "train", cell.way, cell.train_shot, cell.train_query,
-                             seed=cell.seed)
+    sample = task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
 
     def save_checkpoint() -> None:
@@ -152,12 +143,12 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
                      "state": vars(state), "rng": rng_state()}, ckpt_path)
 
     def run_validation() -> None:
-        acc, logp, y = validate(method, cell, dataset)
-        state.curve[-1]["val_accuracy"] = acc
-        if acc > state.best_val:
-            state.best_val, state.best_episode = acc, state.episode
-            atomic_save({"model": method.state_dict(), "val_logp": logp, "val_y": y,
-                         "episode": state.episode}, best_path)
+        score, payload = validate(method, cell, dataset)
+        state.curve[-1][task.selection_key] = score
+        if score > state.best_val:
+            state.best_val, state.best_episode = score, state.episode
+            atomic_save({"model": method.state_dict(), **payload, "episode": state.episode},
+                        best_path)
 
     bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
                leave=False, disable=not progress, unit="ep")
@@ -169,9 +160,9 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
         optimizer.zero_grad(set_to_none=True)
         finite, total = True, 0.0
         for i in range(n):
-            episode = sampler[state.episode + i]
+            episode = sample(state.episode + i)
             try:
-                loss = method.meta_loss(episode) / n
+                loss = task.meta_loss(method, episode) / n
             except NumericalError as exc:
                 log.debug("%s: %s", cell.label, exc)
                 finite = False
@@ -195,7 +186,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
                 raise NumericalError(
                     f"{cell.label}: {state.bad_run} training steps in a row had a non-finite loss "
                     f"or gradient (last at episode {state.episode}, "
-                    f"{sampler[state.episode].id}); lower the learning rate "
+                    f"{sample(state.episode).id}); lower the learning rate "
                     f"(--set {cell.method}.lr=...) or check the data")
         state.episode += n
         state.seconds += time.perf_counter() - start
@@ -209,7 +200,7 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
                 start = time.perf_counter()
                 run_validation()
                 state.seconds += time.perf_counter() - start
-                bar.set_postfix(val=f"{state.curve[-1]['val_accuracy']:.3f}")
+                bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
         if state.episode - last_checkpoint >= cell.checkpoint_every or \
                 state.episode == cell.train_episodes:
             save_checkpoint()
@@ -218,9 +209,9 @@ def train_model(cell: Cell, folder: Path, dataset: FewShotDataset, device: str,
     return _finish(cell, folder, method, state, validating, device)
 
 
-def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validating: bool,
+def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, validating: bool,
             device: str) -> TrainedModel:
-    """Load the best checkpoint, fit the temperature on validation episodes, write model.pt."""
+    """Load the best checkpoint, calibrate on its validation output, write model.pt."""
     temperature = 1.0
     selection = "last"
     if validating:
@@ -229,14 +220,14 @@ def _finish(cell: Cell, folder: Path, method: Method, state: TrainState, validat
                            "folder (or use --force) to train again")
         best = load_checkpoint(folder / "best.pt", device)
         method.load_state_dict(best["model"])
-        temperature = fit_temperature(best["val_logp"], best["val_y"])
-        selection = "best validation accuracy"
-    else:
+        temperature = cell.task.calibrate(best)
+        selection = "best " + cell.task.selection_key.replace("val_", "validation ")
+    elif cell.train_episodes > 0 and any(True for _ in method.parameters()):
         log.warning("%s: data set %r has no validation split; using the last checkpoint and "
                     "no temperature scaling", cell.label, cell.train_dataset)
     method.eval()
     info = {"train_seconds": state.seconds, "skipped_steps": state.skipped_steps,
-            "val_accuracy": state.best_val if validating else None,
+            cell.task.selection_key: state.best_val if validating else None,
             "best_episode": state.best_episode if validating else state.episode,
             "selection": selection, "curve": state.curve, "counters": method.counters()}
     atomic_save({"state_dict": method.state_dict(), "temperature": temperature, "info": info,

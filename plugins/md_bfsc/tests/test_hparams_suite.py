@@ -15,8 +15,9 @@ from zoo_md_bfsc.method import MDBFSC
 
 from zoo.kernels import CosineKernel, PolynomialKernel, RBFKernel
 from zoo.runner.bench import prepare_suite, run_suite
-from zoo.runner.config import expand_cells, load_suite
+from zoo.runner.cells import expand_cells
 from zoo.runner.storage import Results
+from zoo.runner.suite import load_suite
 
 ROWS = {f"rho_train={r}": {"rho_train": float(r)} for r in ("0.01", "0.1", "0.5", "1")} | {
     f"steps_train={s}": {"steps_train": s} for s in (1, 3, 5, 7)} | {
@@ -38,13 +39,13 @@ def test_one_factor_at_a_time_around_the_paper_defaults():
     suite, methods = prepare_suite("md-hparams")
     assert methods == ["md-bfsc"]
     cells = expand_cells(suite, methods)
-    assert {c.variant for c in cells} == set(ROWS) and {c.shot for c in cells} == {1, 5}
+    assert {c.variant for c in cells} == set(ROWS) and {c.shape["shot"] for c in cells} == {1, 5}
     assert len(cells) == 2 * len(ROWS)
     for c in cells:
         for key, value in {**PAPER_DEFAULTS, **ROWS[c.variant]}.items():
             assert c.hparams[key] == value, (c.variant, key)
         assert c.kernel == KERNELS.get(c.variant, "cosine")
-        assert (c.dataset, c.train_shot, c.way) == ("glyphs", c.shot, 5)
+        assert (c.dataset, c.shape["train_shot"], c.shape["way"]) == ("glyphs", c.shape["shot"], 5)
     # the rows that name the defaults (COS, rho 1, 3 steps) are one model per shot
     defaults = {c.train_hash for c in cells if c.variant in
                 ("kernel=COS", "rho_train=1", "steps_train=3")}

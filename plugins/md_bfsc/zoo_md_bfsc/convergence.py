@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from zoo import EpisodeSampler, build_method
-from zoo.data import load_dataset
 from zoo.errors import NumericalError
+from zoo.plugins import load_dataset
 from zoo_md_bfsc.method import MDBFSC
 
 log = logging.getLogger(__name__)

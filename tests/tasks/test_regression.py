@@ -1,0 +1,88 @@
+"""Regression tasks: the sampler is a pure function of its coordinates, the context is part of the
+targets, the prediction checks, and the baselines' numbers make sense (the exact GP beats a
+context-blind Gaussian on GP samples, and improves with context)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.baselines.regression import ConstantGaussian, ExactGP
+from zoo.data.functions import load_gp_rbf, load_sinusoid
+from zoo.tasks import PredictionError
+from zoo.tasks.regression import Regression, RegressionPrediction, sample_task
+
+TASK = Regression()
+
+
+def test_a_task_is_a_pure_function_of_its_coordinates_and_shared_across_context_sizes():
+    family = load_sinusoid()
+    a, b = sample_task(family, "test", 0, 64, 3, 4), sample_task(family, "test", 0, 64, 3, 4)
+    assert torch.equal(a.target_x, b.target_x) and torch.equal(a.target_y, b.target_y)
+    more = sample_task(family, "test", 0, 64, 3, 16)
+    assert torch.equal(more.target_y, a.target_y)            # same function at every context size
+    assert torch.equal(more.context_x, more.target_x[:16])   # the targets include the context
+    assert not torch.equal(sample_task(family, "test", 1, 64, 3, 4).target_y, a.target_y)
+    assert not torch.equal(sample_task(family, "val", 0, 64, 3, 4).target_y, a.target_y)
+
+
+def test_sinusoid_follows_the_protocol():
+    family = load_sinusoid()
+    for i in range(20):
+        ep = sample_task(family, "test", 0, 200, i, 0)
+        f = ep.info["function"]
+        assert 0.1 <= f["amplitude"] <= 5 and 0 <= f["phase"] <= np.pi
+        assert ep.target_x.abs().max() <= 5
+        clean = f["amplitude"] * torch.sin(ep.target_x.double() - f["phase"])
+        assert float((ep.target_y.double() - clean).std()) == pytest.approx(0.25, rel=0.2)
+
+
+def test_training_episodes_draw_their_context_size():
+    get = TASK.episodes(load_sinusoid(), "train", {"train_targets": 16, "train_max_context": 8},
+                        0, training=True)
+    sizes = {len(get(i).context_y) for i in range(60)}
+    assert sizes <= set(range(9)) and len(sizes) > 4
+
+
+@pytest.mark.parametrize("mean, var, problem", [
+    (torch.zeros(1, 7, 1), torch.ones(1, 7, 1), "shape"),
+    (torch.zeros(1, 8, 1), torch.zeros(1, 8, 1), "not positive"),
+    (torch.full((1, 8, 1), float("nan")), torch.ones(1, 8, 1), "non-finite"),
+])
+def test_malformed_predictions_are_rejected(mean, var, problem):
+    episode = sample_task(load_gp_rbf(), "test", 0, 8, 5, 2)
+    with pytest.raises(PredictionError, match=problem) as info:
+        TASK.check(RegressionPrediction(mean, var), episode, "sloppy")
+    assert "'sloppy'" in str(info.value) and "gp-rbf/test#5" in str(info.value)
+
+
+def mean_lmlhd(method, context: int, tasks: int = 30) -> float:
+    family = load_gp_rbf()
+    scores = []
+    with torch.no_grad():
+        for i in range(tasks):
+            episode = sample_task(family, "test", 0, 32, i, context)
+            prediction = method.predict(episode)
+            TASK.check(prediction, episode, method.name)
+            scores.append(TASK.score(prediction, episode)["lmlhd"])
+    return float(np.mean(scores))
+
+
+def test_exact_gp_beats_the_best_context_blind_gaussian_on_gp_samples():
+    constant = ConstantGaussian(x_dim=1, y_dim=1)
+    with torch.no_grad():  # the family's marginal: N(0, E[variance] + noise^2)
+        constant.raw_sigma.fill_(float(np.log(np.expm1(np.sqrt(0.75 + 0.01)))))
+    gp = ExactGP(x_dim=1, y_dim=1)
+    blind = mean_lmlhd(constant, 8)
+    assert mean_lmlhd(gp, 8) > blind + 20
+    assert mean_lmlhd(gp, 16) > mean_lmlhd(gp, 2)
+
+
+def test_gp_meta_loss_is_the_exact_joint_predictive_nll():
+    gp = ExactGP(x_dim=1, y_dim=1, samples=4096)
+    episode = sample_task(load_gp_rbf(), "test", 0, 6, 0, 3)
+    loss = float(gp.meta_loss(episode).detach()) * 6
+    with torch.no_grad():
+        lmlhd = TASK.score(gp.predict(episode), episode)["lmlhd"]
+    assert lmlhd == pytest.approx(-loss, abs=0.3)  # MC estimate of the same joint likelihood

@@ -1,0 +1,73 @@
+"""Sequential baselines: two one-pass online classifiers over a stream.
+
+- ``running-prototypes``: isotropic Gaussian class-conditionals ``N(mu_c, sigma^2 I)`` with
+  running class means and a pooled within-class variance, class prior ``(n_c + 1) / (n + C)``:
+  the online form of linear discriminant analysis with a shared spherical covariance. Exact
+  sufficient statistics: the result does not depend on the order of the stream.
+- ``online-logreg``: multinomial logistic regression, one SGD step per example on the
+  cross-entropy (gradient ``x (p - onehot(y))``), learning rate ``lr``, weight decay ``decay``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from zoo.hparams import HParam
+from zoo.tasks.sequential import StreamMethod
+
+VARIANCE_FLOOR = 1e-2
+
+
+class RunningPrototypes(StreamMethod):
+    name = "running-prototypes"
+
+    def init(self) -> tuple[Tensor, Tensor, Tensor]:
+        return (torch.zeros(self.classes, self.dim, dtype=torch.float64),
+                torch.zeros(self.classes, dtype=torch.float64),
+                torch.zeros(self.classes, dtype=torch.float64))
+
+    def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
+        sums, counts, squares = (t.clone() for t in state)
+        c = int(y)
+        sums[c] += x.double().cpu()
+        counts[c] += 1
+        squares[c] += float(x.double().square().sum())
+        return sums, counts, squares
+
+    def predict(self, state: Any, x: Tensor) -> Tensor:
+        sums, counts, squares = state
+        seen = counts > 0
+        n = float(counts.sum())
+        overall = sums.sum(0) / max(n, 1.0)
+        means = torch.where(seen[:, None], sums / counts.clamp_min(1)[:, None], overall)
+        within = float((squares - sums.square().sum(1) / counts.clamp_min(1)).sum())
+        dof = max(n - int(seen.sum()), 1.0) * self.dim
+        variance = within / dof + VARIANCE_FLOOR
+        d2 = torch.cdist(x.double().cpu(), means).square()
+        log_prior = torch.log((counts + 1) / (n + self.classes))
+        return torch.softmax(log_prior - 0.5 * d2 / variance, dim=-1).float()
+
+
+class OnlineLogisticRegression(StreamMethod):
+    name = "online-logreg"
+    hyperparameters = {
+        "lr": HParam(0.5, gt=0, doc="step size of the online gradient update"),
+        "decay": HParam(1e-4, ge=0, doc="L2 weight decay per update"),
+    }
+
+    def init(self) -> Tensor:
+        return torch.zeros(self.classes, self.dim + 1, dtype=torch.float64)
+
+    def update(self, state: Tensor, x: Tensor, y: Tensor) -> Tensor:
+        features = torch.cat([x.double().cpu(), torch.ones(1, dtype=torch.float64)])
+        p = torch.softmax(state @ features, 0)
+        p[int(y)] -= 1
+        grad = p[:, None] * features[None] + self.hparams["decay"] * state
+        return state - self.hparams["lr"] * grad
+
+    def predict(self, state: Tensor, x: Tensor) -> Tensor:
+        features = torch.cat([x.double().cpu(), torch.ones(len(x), 1, dtype=torch.float64)], 1)
+        return torch.softmax(features @ state.T, -1).float()

@@ -1,0 +1,166 @@
+"""Cells: a suite resolved down to hashable configurations.
+
+A :class:`Cell` is one model trained and scored on one test data set. Its identity is the hash of
+its resolved configuration (method, every hyper-parameter, data sets, backbone, kernel, the shape
+its task kind gives it, seed, episode counts); two cells that differ only in the test data set or
+in a scoring-only shape key (a test shot, a context size) share one training
+(:attr:`Cell.train_hash`). The shape is flattened into the configuration and the task kind is named
+only when it is not classification. The method's provenance (distribution, version, a digest of its
+code) is part of the identity, so a result is never reused for other code under the same name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from zoo.errors import HyperParameterError, ZooError
+from zoo.method import resolve_hparams
+from zoo.runner.suite import Suite, SuiteError
+from zoo.tasks.base import Task
+
+RUN_ONLY = ("checkpoint_every", "max_bad_steps")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One model (method, hyper-parameters, training data, shape of episodes, seed) scored on one
+    test data set. ``checkpoint_every`` and ``max_bad_steps`` are not part of its identity.
+
+    ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
+    version, code digest) is: a result made by other code under the same name is another cell.
+    """
+
+    method: str
+    hparams: dict[str, Any]
+    train_dataset: str
+    dataset: str
+    backbone: str | None
+    kernel: str | None
+    seed: int
+    train_episodes: int
+    val_episodes: int
+    val_every: int
+    test_episodes: int
+    task: Task = field(compare=False)
+    shape: dict[str, Any] = field(default_factory=dict)
+    checkpoint_every: int = 50
+    max_bad_steps: int = 20
+    variant: str = ""
+    provenance: dict[str, Any] | None = None
+
+    BASE_TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "seed",
+                       "train_episodes", "val_episodes", "val_every")
+
+    def config(self) -> dict[str, Any]:
+        """The resolved configuration that names the cell (``variant`` and ``provenance`` only
+        when set, ``task`` only when not classification)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance")}
+        out |= self.shape
+        if self.task.name != "classification":
+            out["task"] = self.task.name
+        if self.variant:
+            out["variant"] = self.variant
+        if self.provenance:
+            out["provenance"] = self.provenance
+        return out
+
+    def train_config(self) -> dict[str, Any]:
+        config = self.config()
+        out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys)}
+        for optional in ("task", "provenance"):
+            if optional in config:
+                out[optional] = config[optional]
+        return out
+
+    @property
+    def hash(self) -> str:
+        return config_hash(self.config())
+
+    @property
+    def train_hash(self) -> str:
+        return config_hash(self.train_config())
+
+    @property
+    def label(self) -> str:
+        where = (self.dataset if self.dataset == self.train_dataset
+                 else f"{self.train_dataset}->{self.dataset}")
+        return (f"{row_name(self.method, self.variant)} {where} {self.task.label(self.shape)} "
+                f"seed{self.seed}")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], task: Task, **run: Any) -> Cell:
+        """The cell a configuration names (``config.json``); keys that are not fields are shape."""
+        names = {f.name for f in fields(cls)}
+        base = {k: v for k, v in config.items() if k in names and k != "task"}
+        shape = {k: v for k, v in config.items() if k not in names}
+        return cls(**base, task=task, shape=shape, **run)
+
+
+def row_name(method: str, variant: str = "") -> str:
+    """The report's row for a method's cells: the method, or ``"METHOD VARIANT"``."""
+    return f"{method} {variant}" if variant else method
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of the canonical JSON of ``config``."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> list[Cell]:
+    """Every cell of ``suite`` for ``methods``, in a fixed order (train data, shape, seed, method)."""
+    if registry is None:
+        from zoo.plugins import registry as process_registry
+
+        registry = process_registry()
+    for m in suite.method_overrides:
+        registry.get("methods", m)
+    cells = []
+    for s in suite.part_settings():
+        cells += _part_cells(suite, s, methods, registry)
+    return list({c.hash: c for c in cells}.values())
+
+
+def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
+                registry: Any) -> list[Cell]:
+    task = registry.get("tasks", s["task"])
+    owned = {m: set(registry.get("methods", m).all_defaults()) for m in methods}
+    unknown = sorted(set(s["hparams"]) - set().union(*owned.values()))
+    if unknown:
+        raise SuiteError(f"suite {suite.name!r}: hparams {unknown} belong to none of the methods "
+                         f"{list(methods)}")
+    try:
+        shapes = task.shapes(s)
+    except ZooError as exc:
+        raise SuiteError(f"suite {suite.name!r}: {exc}") from None
+    cells = []
+    for train in s["train_datasets"]:
+        tests = s["test_datasets"] or [train]
+        for shape in shapes:
+            for seed in s["seeds"]:
+                for m in methods:
+                    cls = registry.get("methods", m)
+                    given = {**suite.method_overrides.get(m, {}),
+                             **{k: v for k, v in s["hparams"].items() if k in owned[m]}}
+                    try:
+                        hparams = resolve_hparams(cls, given)
+                        train_episodes = task.train_episodes(s["train_episodes"], shape)
+                    except (HyperParameterError, ZooError) as exc:
+                        raise SuiteError(f"suite {suite.name!r}: {exc}") from None
+                    kernel = (s["kernel"] or cls.default_kernel) if cls.uses_kernel else None
+                    for test in tests:
+                        cells.append(Cell(
+                            method=m, hparams=hparams, train_dataset=train, dataset=test,
+                            backbone=s["backbone"] or cls.default_backbone, kernel=kernel,
+                            seed=int(seed), train_episodes=train_episodes,
+                            val_episodes=int(s["val_episodes"]), val_every=int(s["val_every"]),
+                            test_episodes=int(s["test_episodes"]), task=task, shape=dict(shape),
+                            checkpoint_every=int(s["checkpoint_every"]),
+                            max_bad_steps=int(s["max_bad_steps"]), variant=str(s["variant"]),
+                            provenance=registry.provenance("methods", m)))
+    return cells

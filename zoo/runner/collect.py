@@ -1,0 +1,160 @@
+"""A results folder read back as report entries: one per method (or labelled variant) and
+setting, seeds pooled, with the per-episode records, training curves and failures of its cells.
+
+A setting is ``(task kind, training data set, test data set, column)``; the column is made of the
+shape keys the task kind names (:attr:`zoo.tasks.Task.column_keys`: way and shot for
+classification, the context size for regression). Everything is computed from the folder alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.runner.cells import row_name
+from zoo.runner.storage import Results, read_jsonl
+from zoo.tasks.base import Task
+
+Setting = tuple[str, str, str, tuple]  # task kind, train data set, test data set, column
+
+
+@dataclass
+class Entry:
+    """One method (or labelled variant of one, ``"METHOD VARIANT"``) in one setting, seeds pooled."""
+
+    method: str
+    setting: Setting
+    task: Task
+    results: list[dict[str, Any]] = field(default_factory=list)
+    episodes: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    curves: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The task kind's summary of the pooled records (the function a cell's result uses),
+        with the means over seeds of the temperature and training time."""
+        kind, train, test, column = self.setting
+        out: dict[str, Any] = {"method": self.method, "task": kind, "train_dataset": train,
+                               "dataset": test, **dict(zip(self.task.column_keys, column)),
+                               "seeds": len(self.results), "failed": len(self.failed)}
+        if not self.results:
+            return out | {"status": "failed" if self.failed else "missing"}
+        mean = lambda key: float(np.mean([r[key] for r in self.results]))  # noqa: E731
+        return out | {"status": "done" if not self.failed else "partly failed",
+                      **self.task.summarise(list(self.episodes.values())),
+                      "temperature": mean("temperature"), "train_seconds": mean("train_seconds")}
+
+
+@dataclass
+class Report:
+    entries: dict[tuple[str, Setting], Entry]
+    settings: list[Setting]
+    methods: list[str]
+    error_settings: set[Setting]
+    references: dict[Setting, dict[str, float]]
+    tasks: dict[str, Task]
+
+    def label(self, s: Setting) -> str:
+        kind, train, test, column = s
+        where = test if train == test else f"{train}->{test}"
+        return f"{where} {self.tasks[kind].setting_label(column)}"
+
+    def kinds(self) -> list[str]:
+        return list(dict.fromkeys(s[0] for s in self.settings))
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [self.entries[(m, s)].summary() for m in self.methods for s in self.settings
+                if (m, s) in self.entries]
+
+    def paired(self) -> list[dict[str, Any]]:
+        """Differences (a - b) of the task kind's paired metric on the episodes both methods were
+        scored on."""
+        from zoo.metrics import paired_difference
+
+        out = []
+        for s in self.settings:
+            task = self.tasks[s[0]]
+            done = [m for m in self.methods if (m, s) in self.entries and self.entries[(m, s)].results]
+            for i, a in enumerate(done):
+                for b in done[i + 1:]:
+                    ea, eb = self.entries[(a, s)].episodes, self.entries[(b, s)].episodes
+                    common = sorted(set(ea) & set(eb))
+                    if len(common) < 2:
+                        continue
+                    key = task.paired_key
+                    diff, ci = paired_difference([ea[k][key] for k in common],
+                                                 [eb[k][key] for k in common])
+                    out.append({"task": s[0], "setting": self.label(s), "metric": key, "a": a,
+                                "b": b, "difference": diff, "ci95": ci, "episodes": len(common),
+                                "significant": bool(abs(diff) > ci)})
+        return out
+
+
+def load_report(root: Path, registry: Any = None) -> Report:
+    """Read a results folder (validated first: a corrupt file is named, nothing is changed)."""
+    if registry is None:
+        from zoo.plugins import registry as process_registry
+
+        registry = process_registry()
+    results = Results.open(root, create=False)
+    entries: dict[tuple[str, Setting], Entry] = {}
+    tasks: dict[str, Task] = {}
+
+    def entry(method: str, line: dict[str, Any]) -> Entry:
+        kind = line.get("task", "classification")
+        task = tasks.setdefault(kind, registry.get("tasks", kind))
+        s = (kind, line["train_dataset"], line["dataset"], task.setting(line))
+        return entries.setdefault((method, s), Entry(method, s, task))
+
+    done = set()
+    for r in results.finished():
+        e = entry(row_name(r["method"], r.get("variant", "")), r)
+        e.results.append(r)
+        folder = results.cell_dir(r["config_hash"])
+        done.add(r["config_hash"])
+        if (folder / "episodes.jsonl").exists():
+            for rec in read_jsonl(folder / "episodes.jsonl"):
+                e.episodes[(r["seed"], rec["index"])] = rec
+        if (folder / "training.json").exists():
+            e.curves.append(json.loads((folder / "training.json").read_text()).get("curve", []))
+    cells = results.root / "cells"
+    for folder in sorted(cells.iterdir()) if cells.is_dir() else []:
+        if folder.name in done or not (folder / "error.txt").exists() or (folder / "done").exists():
+            continue
+        c = json.loads((folder / "config.json").read_text())
+        message = (folder / "error.txt").read_text().splitlines()[0]
+        entry(row_name(c["method"], c.get("variant", "")), c).failed.append(message)
+    settings = sorted({s for _, s in entries},
+                      key=lambda s: (s[0] != "classification", s[0], s[1], s[2] != s[1], s[2], s[3]))
+    methods = sorted({m for m, _ in entries})
+    error_settings, references = set(), {}
+    for suite in results.suites():
+        for part in [{**suite["settings"], **p} for p in suite.get("parts", [])] or \
+                [suite["settings"]]:
+            tests = part.get("test_datasets", [])
+            for s in settings:
+                if s[1] not in part.get("train_datasets", []) or \
+                        not (s[2] in tests or (not tests and s[2] == s[1])):
+                    continue
+                if part.get("report_error"):
+                    error_settings.add(s)
+                if s[1] in suite.get("references", {}):
+                    references[s] = suite["references"][s[1]]
+    return Report(entries, settings, methods, error_settings, references, tasks)
+
+
+def inner_curves(entry: Entry) -> np.ndarray | None:
+    """Mean inner-loop objective per step over the episodes that report one."""
+    curves = [r["inner_objective"] for r in entry.episodes.values() if r.get("inner_objective")]
+    if not curves:
+        return None
+    by_len: dict[int, list[list[float]]] = defaultdict(list)
+    for c in curves:
+        by_len[len(c)].append(c)
+    common = max(by_len.values(), key=len)
+    return np.nanmean(np.asarray(common, dtype=np.float64), axis=0)

@@ -1,0 +1,270 @@
+"""Suites: what a benchmark runs, parsed and validated, with ``--set`` applied.
+
+A suite is a TOML file (or a dict a plugin registers) with these tables::
+
+    [suite]                      # settings; every key below may be overridden with --set KEY=VALUE
+    task = "classification"      # the task kind (zoo tasks); it adds its own settings (shape)
+    methods = "*"                # every registered method of the kind, or a list of names
+    train_datasets = ["glyphs"]
+    test_datasets = ["glyphs", "digits"]   # scored with each model; empty: the training data set
+    ways = [5]                   # classification's shape settings (regression: context_sizes...)
+    shots = [1, 5]
+    train_episodes = 200         # or per shot: {1 = 600, 5 = 400}
+
+    [methods.maml]               # hyper-parameter overrides for one method (--set maml.KEY=VALUE)
+    inner_steps = 1
+
+    [[part]]                     # optional: each part overrides [suite] settings for its cells;
+    variant = "steps=5"          #   with a variant label and hyper-parameters it is one row of
+    hparams = {inner_steps = 5}  #   an ablation table ("maml steps=5")
+
+    [references.omniglot-small1] # published numbers shown next to ours in the report
+    "BPL (Lake et al. 2015)" = 4.3
+
+or, instead of cells, ``entry = "module:function"``: the function runs the whole experiment as
+``function(out_dir, data_dir, device, settings)``. :mod:`zoo.runner.cells` expands a suite into
+cells.
+
+Functions that look names up take the plugin ``registry``; ``None`` means the process's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from zoo.errors import UnknownNameError
+from zoo.runner.validate import check_settings
+from zoo.spec import SpecError, parse_value
+
+SETTINGS: dict[str, Any] = {
+    "description": "",
+    "task": "classification",
+    "methods": "*",
+    "train_datasets": ["glyphs"],
+    "test_datasets": [],
+    "seeds": [0],
+    "backbone": "",
+    "kernel": "",
+    "train_episodes": 1000,
+    "val_episodes": 100,
+    "val_every": 250,
+    "test_episodes": 600,
+    "checkpoint_every": 50,
+    "max_bad_steps": 20,
+    "requires": [],
+    "report_error": False,
+    "variant": "",
+    "hparams": {},
+    "entry": "",
+}
+"""Settings of every suite and their defaults; the suite's task kind adds its shape settings
+(:attr:`zoo.tasks.Task.settings`). ``checkpoint_every`` and ``max_bad_steps`` steer the run but do
+not change its result, so they are not part of a cell's identity. ``hparams`` (usually in a
+``[[part]]``) sets hyper-parameters of every method of the part that has them, over
+``[methods.*]``; ``variant`` labels those cells, so that the report shows them as their own row
+``"METHOD VARIANT"`` (a one-factor-at-a-time study: one labelled part per value). The label is part
+of a cell's identity but not of its training's: parts that differ only in the label share one
+model."""
+
+
+
+class SuiteError(SpecError):
+    """A suite file or a --set override that does not make sense."""
+
+
+def _registry(registry: Any) -> Any:
+    if registry is not None:
+        return registry
+    from zoo.plugins import registry as process_registry
+
+    return process_registry()
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named suite: settings, per-method hyper-parameter overrides, published references."""
+
+    name: str
+    settings: dict[str, Any]
+    method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    references: dict[str, dict[str, float]] = field(default_factory=dict)
+    source: str = ""
+    entry_settings: dict[str, Any] = field(default_factory=dict)
+    parts: list[dict[str, Any]] = field(default_factory=list)
+
+    def part_settings(self) -> list[dict[str, Any]]:
+        """The settings of each part (``[[part]]`` tables override ``[suite]``), or the suite's."""
+        return [{**self.settings, **p} for p in self.parts] or [self.settings]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def suite_names(registry: Any = None) -> list[str]:
+    return _registry(registry).names("suites")
+
+
+def load_suite(name: str, registry: Any = None) -> Suite:
+    """The registered suite ``name`` (built-in TOML or a plugin's), validated."""
+    reg = _registry(registry)
+    spec = reg.get("suites", name)
+    if isinstance(spec, Mapping):
+        raw, source = dict(spec), f"plugin {reg.owner('suites', name)!r}"
+    else:
+        path = Path(spec)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SuiteError(f"suite {name!r}: cannot read {path}: {exc}") from exc
+        source = str(path)
+    return suite_from_dict(name, raw, source, reg)
+
+
+def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
+                    registry: Any = None) -> Suite:
+    unknown_tables = sorted(set(raw) - {"suite", "part", "methods", "references", "settings"})
+    if unknown_tables:
+        raise SuiteError(f"suite {name!r} ({source}): unknown table(s) {unknown_tables}; "
+                         "allowed: suite, part, methods, references, settings (of an entry suite)")
+    given = dict(raw.get("suite", {}))
+    task_name = given.get("task", SETTINGS["task"])
+    try:
+        task = _registry(registry).get("tasks", task_name)
+    except UnknownNameError as exc:
+        raise SuiteError(f"suite {name!r} ({source}): {exc}") from None
+    settings = {**SETTINGS, **task.settings}
+    where = f"suite {name!r}"
+    for key, value in given.items():
+        if key == "name":
+            if value != name:
+                raise SuiteError(f"suite {name!r} ({source}) calls itself {value!r}")
+            continue
+        settings[key] = _check_setting(key, value, where, settings)
+    if raw.get("settings") and not settings["entry"]:
+        raise SuiteError(f"suite {name!r} ({source}): a [settings] table is for suites with an "
+                         "entry function; put cell settings in [suite]")
+    overrides = {m: dict(h) for m, h in dict(raw.get("methods", {})).items()}
+    references = {d: {k: float(v) for k, v in r.items()}
+                  for d, r in dict(raw.get("references", {})).items()}
+    parts = []
+    for i, p in enumerate(raw.get("part", [])):
+        if "task" in p:
+            raise SuiteError(f"{where}, part {i + 1}: a part cannot change the task kind; write "
+                             "one suite per kind")
+        parts.append({k: _check_setting(k, v, f"{where}, part {i + 1}", settings)
+                      for k, v in p.items()})
+    return Suite(name, settings, overrides, references, source, dict(raw.get("settings", {})),
+                 parts)
+
+
+def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -> Any:
+    if key not in known:
+        raise SuiteError(f"{where}: unknown setting {key!r}; settings of a {known['task']} suite "
+                         f"are: {', '.join(sorted(known))}")
+    default = SETTINGS.get(key, known[key])
+    if isinstance(default, list) and not isinstance(value, list):
+        value = [value]
+    if key == "methods" and isinstance(value, str) and value != "*":
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if key == "train_episodes" and isinstance(value, Mapping):
+        return {str(k): int(v) for k, v in value.items()}
+    if key == "methods":
+        ok = value == "*" or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    elif isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(value, bool) and isinstance(default, bool)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise SuiteError(f"{where}: setting {key}={value!r} must be a {type(default).__name__} "
+                         f"like its default {default!r}")
+    check_settings({key: value}, where)
+    return value
+
+
+def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[str],
+                    registry: Any = None) -> Suite:
+    """``--set KEY=VALUE``: a suite setting, ``METHOD.HPARAM``, or a bare ``HPARAM`` applied to every
+    selected method that has it. Unknown keys are an error listing every choice."""
+    reg = _registry(registry)
+    settings = dict(suite.settings)
+    overrides = {m: dict(h) for m, h in suite.method_overrides.items()}
+    entry = dict(suite.entry_settings)
+    parts = [dict(p) for p in suite.parts]
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SuiteError(f"--set {item!r}: expected KEY=VALUE")
+        value = parse_value(text.strip())
+        if key == "task":
+            raise SuiteError("--set task: the task kind is the suite's; choose a suite of the "
+                             "kind you want (zoo suites)")
+        if key in settings:
+            settings[key] = _check_setting(key, value, "--set", settings)
+            parts = [{**p, key: settings[key]} if key in p else p for p in parts]
+            continue
+        if settings["entry"]:
+            if key not in entry:
+                raise SuiteError(f"--set {key}: suite {suite.name!r} has no setting {key!r}; its "
+                                 f"settings are: {', '.join(sorted(entry))}")
+            entry[key] = value
+            continue
+        if "." in key:
+            method, hparam = key.split(".", 1)
+            cls = reg.get("methods", method)
+            if hparam not in cls.all_defaults():
+                raise SuiteError(f"--set {key}: method {method!r} has no hyper-parameter "
+                                 f"{hparam!r}; it has: {', '.join(sorted(cls.all_defaults()))}")
+            overrides.setdefault(method, {})[hparam] = value
+            continue
+        owners = [m for m in methods if key in reg.get("methods", m).all_defaults()]
+        if not owners:
+            hparams = sorted({h for m in methods for h in reg.get("methods", m).all_defaults()})
+            raise SuiteError(
+                f"--set {key}: unknown key; choose a suite setting ({', '.join(sorted(settings))}), "
+                f"a hyper-parameter of the selected methods ({', '.join(hparams)}), "
+                "or METHOD.HYPERPARAMETER")
+        for m in owners:
+            overrides.setdefault(m, {})[key] = value
+    return Suite(suite.name, settings, overrides, suite.references, suite.source, entry, parts)
+
+
+def is_setting(suite: Suite, assignment: str) -> bool:
+    """Whether a ``--set`` assignment names a suite setting (not a hyper-parameter)."""
+    return assignment.partition("=")[0].strip() in suite.settings
+
+
+def select_methods(suite: Suite, only: Iterable[str] | None = None,
+                   registry: Any = None) -> list[str]:
+    """The suite's methods (``"*"``: every registered method of the suite's task kind), filtered by
+    ``only``. A named method of another kind, or one that does not implement its kind's
+    interface, is an error saying what to do."""
+    reg = _registry(registry)
+    kind = suite.settings["task"]
+    task = reg.get("tasks", kind)
+    wanted = suite.settings["methods"]
+    if wanted == "*":
+        names = sorted(n for n, c in reg.items("methods").items()
+                       if getattr(c, "task", None) == kind)
+    else:
+        names = list(wanted)
+    only = [o.strip() for o in only or () if o.strip()]
+    for n in [*names, *(o for o in only if o in reg.names("methods"))]:
+        cls = reg.get("methods", n)
+        if getattr(cls, "task", None) != kind:
+            raise SuiteError(
+                f"method {n!r} solves {getattr(cls, 'task', None)!r} tasks, but suite "
+                f"{suite.name!r} is a {kind} suite; choose {kind} methods (zoo methods lists each "
+                f"method's task) or a suite of the method's kind (zoo suites)")
+        task.check_method(cls)
+    if only:
+        for o in only:
+            if o not in names:
+                raise UnknownNameError(f"method in suite {suite.name!r}", o, names)
+        names = [n for n in names if n in only]
+    return names

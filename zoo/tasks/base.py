@@ -1,0 +1,205 @@
+"""What a task kind is: the contract between the runner and one kind of problem.
+
+A :class:`Task` says how the episodes of a cell are drawn (a pure function of their coordinates),
+how a method of the kind is built and asked for a prediction, which predictions are admissible,
+how one episode is scored (a JSON record), how records are summarised (one function, used by the
+runner for a cell and by the report for seeds pooled), which validation number selects a model
+(higher is better), and how a summary is shown in the report. The runner holds no ``if kind ==``:
+it calls these. Kinds register through the ``zoo_register_tasks`` hook, so a plugin can add one.
+
+:class:`TaskMethod` is the small base of methods of the kinds other than classification (which
+keeps :class:`zoo.Method`): a name, the task it solves, hyper-parameters with defaults.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from torch import nn
+
+from zoo.errors import ZooError
+from zoo.hparams import Configurable, HParam
+
+Shape = Mapping[str, Any]
+GetEpisode = Callable[[int], Any]
+
+
+class PredictionError(ZooError):
+    """A method returned a prediction the task cannot score (wrong shape, non-finite, ...)."""
+
+
+class TaskMethod(Configurable, nn.Module):
+    """Base of a method of a non-classification task kind.
+
+    Class attributes: ``name`` (registered name), ``task`` (the kind it solves),
+    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these).
+    """
+
+    task: ClassVar[str]
+    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
+        "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the method's parameters"),
+    }
+    uses_kernel: ClassVar[bool] = False
+    default_kernel: ClassVar[str | None] = None
+    default_backbone: ClassVar[str | None] = None
+
+    def __init__(self, **hparams: Any):
+        super().__init__()
+        from zoo.method import resolve_hparams
+
+        self.hparams = resolve_hparams(type(self), hparams)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [{"params": [p for p in self.parameters() if p.requires_grad],
+                 "lr": self.hparams["lr"]}]
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+
+class Task(ABC):
+    """One task kind. Subclasses set the class attributes and implement the abstract methods.
+
+    Attributes:
+        name: the registered name (``suite.task``, ``Method.task``).
+        method_base: the class a method of this kind derives from (named in errors).
+        settings: the suite settings this kind adds, with their defaults (``--set`` works on them).
+        train_keys: the shape keys that identify a cell's training (others only its scoring).
+        column_keys: the shape keys of a report column (seeds pooled).
+        selection_key: the validation number that selects the checkpoint, higher is better; also
+            its name in ``training.json`` and in the results line.
+        headline: the record key shown while scoring.
+        paired_key: the per-episode record key the report compares methods on, pairwise (shown
+            in percent with ``paired_percent``, with ``digits`` decimals).
+        table_note: the line under the kind's report table saying what its cells hold.
+    """
+
+    name: ClassVar[str]
+    method_base: ClassVar[type]
+    settings: ClassVar[dict[str, Any]] = {}
+    train_keys: ClassVar[tuple[str, ...]] = ()
+    column_keys: ClassVar[tuple[str, ...]] = ()
+    selection_key: ClassVar[str] = "val_score"
+    headline: ClassVar[str] = ""
+    paired_key: ClassVar[str] = ""
+    paired_percent: ClassVar[bool] = False
+    digits: ClassVar[int] = 3
+    table_note: ClassVar[str] = ""
+
+    # -- cells -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def shapes(self, settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The shapes of the cells a suite part asks for (one cell per shape, data set, seed)."""
+
+    def train_episodes(self, value: int | Mapping[str, int], shape: Shape) -> int:
+        """``train_episodes`` of a shape; a mapping is keyed by what :meth:`episodes_key` gives."""
+        if isinstance(value, Mapping):
+            key = self.episodes_key(shape)
+            if str(key) not in value:
+                raise ZooError(f"train_episodes gives counts for {sorted(value)}, not for {key}")
+            return int(value[str(key)])
+        return int(value)
+
+    def episodes_key(self, shape: Shape) -> Any:
+        return None
+
+    @abstractmethod
+    def label(self, shape: Shape) -> str:
+        """A short text for a shape (``5w1s``, ``ctx 4``), used in cell labels and the report."""
+
+    def setting(self, line: Mapping[str, Any]) -> tuple:
+        """What identifies a report column, from a results line or a cell config (sortable)."""
+        return tuple(line[k] for k in self.column_keys)
+
+    def setting_label(self, setting: tuple) -> str:
+        return self.label(dict(zip(self.column_keys, setting)))
+
+    # -- data, methods, predictions ----------------------------------------------------------
+
+    def check_data(self, dataset: Any, name: str) -> None:
+        """Raise a clear error if ``dataset`` is not data of this kind."""
+        return None
+
+    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
+        """Raise if a model trained on ``train_data`` cannot be scored on ``test_data``."""
+        return None
+
+    def check_method(self, cls: type) -> None:
+        """Raise if ``cls`` does not implement this kind's interface."""
+        if not (isinstance(cls, type) and issubclass(cls, self.method_base)):
+            raise ZooError(f"method {getattr(cls, 'name', cls)!r} declares task {self.name!r} but "
+                           f"is not a {self.method_base.__module__}.{self.method_base.__name__}; "
+                           "derive from that class")
+
+    @abstractmethod
+    def build(self, cls: type, cell: Any, dataset: Any, registry: Any) -> nn.Module:
+        """An untrained method of class ``cls`` for ``cell`` on ``dataset``."""
+
+    @abstractmethod
+    def episodes(self, dataset: Any, split: str, shape: Shape, seed: int,
+                 training: bool) -> GetEpisode:
+        """``get(i)``: the i-th episode of ``split`` (a pure function of the coordinates)."""
+
+    def test_episodes(self, dataset: Any, shape: Shape, seed: int, count: int
+                      ) -> tuple[int, GetEpisode]:
+        """How many test episodes a cell scores and how to get the i-th."""
+        return count, self.episodes(dataset, "test", shape, seed, training=False)
+
+    @abstractmethod
+    def predict(self, method: nn.Module, episode: Any) -> Any:
+        """Ask ``method`` for its prediction on ``episode`` (the call the runner times)."""
+
+    @abstractmethod
+    def check(self, prediction: Any, episode: Any, method: str) -> None:
+        """Raise :class:`PredictionError` naming the method, the episode and what to fix."""
+
+    @abstractmethod
+    def score(self, prediction: Any, episode: Any, temperature: float = 1.0) -> dict[str, Any]:
+        """The per-episode record (JSON-serialisable)."""
+
+    @abstractmethod
+    def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Numbers over the records of a cell, or of several seeds pooled (the report)."""
+
+    # -- model selection ---------------------------------------------------------------------
+
+    def meta_loss(self, method: nn.Module, episode: Any):
+        """One meta-training step's loss (the runner's training loop calls this)."""
+        return method.meta_loss(episode)
+
+    def validate(self, method: nn.Module, get: GetEpisode, count: int,
+                 method_name: str) -> tuple[float, dict[str, Any]]:
+        """The selection score on ``count`` validation episodes and what :meth:`calibrate` needs."""
+        records = []
+        for i in range(count):
+            episode = get(i)
+            prediction = self.predict(method, episode)
+            self.check(prediction, episode, method_name)
+            records.append(self.score(prediction, episode))
+        return float(self.selection_value(records)), {}
+
+    def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
+        return float(np.mean([r[self.headline] for r in records]))
+
+    def calibrate(self, payload: Mapping[str, Any]) -> float:
+        """A temperature fitted on validation output; kinds without one return 1."""
+        return 1.0
+
+    # -- report --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        """A report table cell for a summary row that has numbers."""
+
+    def done_line(self, result: Mapping[str, Any]) -> str:
+        """What ``zoo bench`` prints when a cell finishes."""
+        return (f"{self.cell_text(result)}, train {result['train_seconds']:.0f}s, "
+                f"{1000 * result['eval_seconds_per_episode']:.0f} ms/episode")
+
+    def draw(self, report: Any, out: Any) -> list:
+        """Figures specific to this kind (the runner draws training and convergence curves)."""
+        return []

@@ -1,0 +1,196 @@
+"""Few-shot classification: ``way``-way ``shot``-shot episodes of a :class:`FewShotDataset`.
+
+Methods are :class:`zoo.Method` and return :class:`zoo.Prediction` (class probabilities
+``[Q, way]``). A record holds accuracy, NLL, Brier and per-query confidence and correctness, from
+which calibration (ECE/MCE, 15 bins) is computed across episodes; a temperature fitted on the
+validation episodes of the selected model gives the calibrated confidences. The model is selected
+by validation accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from zoo.data.base import FewShotDataset
+from zoo.episode import Episode, EpisodeSampler
+from zoo.errors import EpisodeError
+from zoo.method import Method, Prediction, build_method
+from zoo.metrics import apply_temperature, ece_mce, episode_record, fit_temperature, mean_ci
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+
+SUM_TOLERANCE = 1e-4
+"""How far a row of probabilities may sum from 1 (float32 softmax rows are within ~1e-6)."""
+
+
+class Classification(Task):
+    """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
+
+    name = "classification"
+    method_base = Method
+    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_shot": 0,
+                                          "query": 15, "train_query": 15}
+    train_keys = ("way", "train_shot", "train_query")
+    column_keys = ("way", "shot")
+    selection_key = "val_accuracy"
+    headline = "accuracy"
+    paired_key = "accuracy"
+    paired_percent = True
+    digits = 1
+    table_note = ("Accuracy in % +- 95% CI over test episodes (seeds pooled); in parentheses ECE of "
+                  "the method's own probabilities / after the temperature fitted on validation "
+                  "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
+
+    def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot."""
+        return [{"way": int(way), "shot": int(shot), "train_shot": int(s["train_shot"]) or int(shot),
+                 "query": int(s["query"]), "train_query": int(s["train_query"])}
+                for way in s["ways"] for shot in s["shots"]]
+
+    def episodes_key(self, shape: Shape) -> Any:
+        return shape["train_shot"]
+
+    def label(self, shape: Shape) -> str:
+        trained = (f" (trained {shape['train_shot']}-shot)"
+                   if "train_shot" in shape and shape["train_shot"] != shape["shot"] else "")
+        return f"{shape['way']}w{shape['shot']}s{trained}"
+
+    def check_data(self, dataset: Any, name: str) -> None:
+        if not isinstance(dataset, FewShotDataset):
+            raise EpisodeError(f"data set {name!r} is not a few-shot classification data set; a "
+                               "classification suite needs one such as glyphs (zoo datasets)")
+
+    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
+        if (test_data.in_channels, test_data.image_size) != (train_data.in_channels,
+                                                              train_data.image_size):
+            raise EpisodeError(
+                f"data set {test_data.name!r} has {test_data.in_channels}-channel "
+                f"{test_data.image_size}px images, but the model of {method} was trained on "
+                f"{train_data.in_channels}-channel {train_data.image_size}px ones "
+                f"({train_data.name}); choose a test data set of the same image shape")
+
+    def build(self, cls: type, cell: Any, dataset: FewShotDataset, registry: Any) -> Method:
+        from zoo.spec import parse_spec
+
+        kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
+        return build_method(cell.method, way=cell.shape["way"], in_channels=dataset.in_channels,
+                            image_size=dataset.image_size, backbone=cell.backbone, kernel=kernel,
+                            kernel_options=options, seed=cell.seed, registry=registry,
+                            **cell.hparams)
+
+    def episodes(self, dataset: FewShotDataset, split: str, shape: Shape, seed: int,
+                 training: bool) -> GetEpisode:
+        """Training episodes use ``train_shot`` and ``train_query``; validation episodes are
+        ``train_shot``-shot with the test ``query``; test episodes the test shot and query."""
+        shot = shape["train_shot"] if split in ("train", "val") else shape["shot"]
+        query = shape["train_query"] if training else shape["query"]
+        return EpisodeSampler(dataset, split, shape["way"], shot, query, seed=seed).__getitem__
+
+    def test_episodes(self, dataset: FewShotDataset, shape: Shape, seed: int, count: int
+                      ) -> tuple[int, GetEpisode]:
+        """The data set's fixed published test episodes take precedence (Lake's runs)."""
+        fixed = dataset.fixed_episodes("test")
+        if fixed is None:
+            return count, self.episodes(dataset, "test", shape, seed, training=False)
+        if not fixed:
+            raise EpisodeError(f"data set {dataset.name!r} has an empty list of fixed test episodes")
+        way, shot = shape["way"], shape["shot"]
+        first = fixed[0]
+        if (first.way, first.shot) != (way, shot):
+            raise EpisodeError(
+                f"data set {dataset.name!r} is scored on fixed {first.way}-way {first.shot}-shot "
+                f"episodes, but the model is {way}-way {shot}-shot: use --way {first.way} "
+                f"--shot {first.shot}")
+        device = dataset.device
+        return len(fixed), lambda i: fixed[i].to(device)
+
+    def predict(self, method: Method, episode: Episode) -> Prediction:
+        return method.predict(episode)
+
+    def check(self, prediction: Any, episode: Episode, method: str) -> None:
+        """Shape ``[Q, way]``, finite, non-negative, rows summing to 1 within ``SUM_TOLERANCE``."""
+        def fail(problem: str) -> None:
+            raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
+                                  "predict must return zoo.Prediction(probs) with one row of class "
+                                  "probabilities per query (e.g. torch.softmax(logits, -1))")
+
+        if not isinstance(prediction, Prediction):
+            fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")
+        probs = prediction.probs
+        expected = (episode.query_y.shape[0], episode.way)
+        if tuple(probs.shape) != expected:
+            fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = {list(expected)}")
+        if not torch.isfinite(probs).all():
+            fail("non-finite probabilities")
+        if (probs < 0).any():
+            fail(f"negative probabilities (smallest {float(probs.min()):.3g})")
+        error = float((probs.double().sum(-1) - 1).abs().max())
+        if error > SUM_TOLERANCE:
+            fail(f"a row of probabilities sums to 1 {'+-'} {error:.3g} (tolerance {SUM_TOLERANCE})")
+
+    def score(self, prediction: Prediction, episode: Episode, temperature: float = 1.0
+              ) -> dict[str, Any]:
+        probs = prediction.probs
+        record = {"seed": episode.info.get("seed"), "classes": episode.info.get("classes")}
+        record |= episode_record(probs, episode.query_y)
+        calibrated = apply_temperature(probs.double(), temperature).max(1).values
+        record["confidence_calibrated"] = calibrated.cpu().tolist()
+        return record
+
+    def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Accuracy with its 95% CI over episodes; ECE/MCE/NLL/Brier over all queries (fractions)."""
+        confidence = np.concatenate([r["confidence"] for r in records])
+        calibrated = np.concatenate([r["confidence_calibrated"] for r in records])
+        correct = np.concatenate([r["correct"] for r in records])
+        accuracy, ci95 = mean_ci([r["accuracy"] for r in records])
+        ece, mce = ece_mce(confidence, correct)
+        ece_cal, mce_cal = ece_mce(calibrated, correct)
+        return {"accuracy": accuracy, "ci95": ci95, "ece": ece, "mce": mce,
+                "nll": float(np.mean([r["nll"] for r in records])),
+                "brier": float(np.mean([r["brier"] for r in records])),
+                "ece_calibrated": ece_cal, "mce_calibrated": mce_cal,
+                "test_episodes": len(records),
+                "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records])),
+                "error_percent": 100.0 * (1.0 - accuracy) if not math.isnan(accuracy) else math.nan}
+
+    def validate(self, method: Method, get: GetEpisode, count: int,
+                 method_name: str) -> tuple[float, dict[str, Any]]:
+        """Mean accuracy over the validation queries, and their log-probabilities and labels
+        (what the temperature is fitted on)."""
+        logps, labels = [], []
+        for i in range(count):
+            episode = get(i)
+            prediction = method.predict(episode)
+            self.check(prediction, episode, method_name)
+            logps.append(prediction.probs.double().clamp_min(1e-12).log())
+            labels.append(episode.query_y)
+        logp, y = torch.cat(logps), torch.cat(labels)
+        accuracy = float((logp.argmax(1) == y).double().mean())
+        return accuracy, {"val_logp": logp.cpu(), "val_y": y.cpu()}
+
+    def calibrate(self, payload: Mapping[str, Any]) -> float:
+        return fit_temperature(payload["val_logp"], payload["val_y"])
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
+        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
+        text = f"{value:.1f}{ci}"
+        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
+        return text + (ece if not error else f"{pct} err")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
+                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
+                f"train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+    def draw(self, report: Any, out: Any) -> list:
+        from zoo.runner.plots import reliability_diagrams
+
+        return reliability_diagrams(report, out)

@@ -1,0 +1,196 @@
+"""Integration: estimate ``E_pi[f]`` from ``n`` samples of ``pi`` (an integrand family of
+:mod:`zoo.data.integrands`, each task with its integral known in closed form).
+
+A task is a pure function of (seed, family, split, sample budget, index). A method derives from
+:class:`IntegrationMethod` and returns an :class:`Estimate` (value and its standard error) from an
+:class:`IntegrationProblem` (samples, ``f`` at them, the score ``grad log pi``); it never sees the
+truth. Records hold the error and, for the same samples, the plain Monte Carlo error, so the
+variance-reduction factor against Monte Carlo at the same budget is
+``sum_tasks err_MC^2 / sum_tasks err^2`` (1 for Monte Carlo itself). The ``mc`` baseline
+(:mod:`zoo.baselines.integration`) is what every control variate is compared with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from zoo.data.integrands import IntegrandFamily
+from zoo.errors import EpisodeError, ZooError
+from zoo.metrics import mean_ci
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
+
+
+@dataclass(frozen=True)
+class IntegrationProblem:
+    """What a method sees: ``x [n, d] ~ pi``, ``fx [n]``, ``score [n, d] = grad log pi(x)``."""
+
+    x: Tensor
+    fx: Tensor
+    score: Tensor
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IntegrationEpisode:
+    problem: IntegrationProblem
+    truth: float
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.problem.info
+
+    @property
+    def id(self) -> str:
+        i = self.info
+        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
+
+
+@dataclass
+class Estimate:
+    value: float
+    stderr: float = math.nan
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class IntegrationMethod(TaskMethod):
+    """Base of an integration method, built as ``cls(dim=..., **hparams)``."""
+
+    task = "integration"
+
+    def __init__(self, *, dim: int, **hparams: Any):
+        super().__init__(**hparams)
+        self.dim = dim
+
+    @abstractmethod
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        """The estimate of ``E_pi[f]`` from the problem's samples."""
+
+    def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
+        raise ZooError(f"method {self.name!r} is not meta-trained; set train_episodes = 0")
+
+
+def task_seed(seed: int, family: str, split: str, samples: int, index: int) -> int:
+    key = json.dumps(["integration", int(seed), family, split, int(samples), int(index)])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def sample_task(family: IntegrandFamily, split: str, seed: int, samples: int,
+                index: int) -> IntegrationEpisode:
+    s = task_seed(seed, family.name, split, samples, index)
+    d = family.draw(torch.Generator().manual_seed(s), samples)
+    device = family.device
+    info = {"dataset": family.name, "split": split, "index": int(index), "seed": s,
+            "params": d.params}
+    return IntegrationEpisode(IntegrationProblem(d.x.to(device), d.fx.to(device),
+                                                 d.score.to(device), info), d.truth)
+
+
+class Integration(Task):
+    """Integration with known truth: absolute error, variance reduction against Monte Carlo."""
+
+    name = "integration"
+    method_base = IntegrationMethod
+    settings: ClassVar[dict[str, Any]] = {"sample_sizes": [10, 100, 1000], "train_samples": 100,
+                                          "train_datasets": ["gaussian-cosine"],
+                                          "train_episodes": 0, "val_episodes": 0,
+                                          "test_episodes": 200}
+    train_keys = ("train_samples",)
+    column_keys = ("samples",)
+    selection_key = "val_neg_abs_error"
+    headline = "abs_error"
+    paired_key = "abs_error"
+    digits = 4
+    table_note = ("Mean absolute error over test integrands +- 95% CI; VRF: variance-reduction "
+                  "factor against plain Monte Carlo on the same samples (sum of squared MC errors "
+                  "/ sum of squared errors). RMSE and timings: table.csv.")
+
+    def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
+        sizes = [int(n) for n in s["sample_sizes"]]
+        if not sizes or min(sizes) < 2:
+            raise ZooError(f"sample_sizes = {s['sample_sizes']}: give budgets of 2 or more "
+                           "samples, e.g. sample_sizes = [10, 100, 1000]")
+        return [{"samples": n, "train_samples": int(s["train_samples"])} for n in sizes]
+
+    def label(self, shape: Shape) -> str:
+        return f"n={shape['samples']}"
+
+    def check_data(self, dataset: Any, name: str) -> None:
+        if not isinstance(dataset, IntegrandFamily):
+            raise EpisodeError(f"data set {name!r} is not an integrand family; an integration "
+                               "suite needs one such as gaussian-cosine (zoo datasets)")
+
+    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
+        if train_data.dim != test_data.dim:
+            raise EpisodeError(f"{method} was built for dimension {train_data.dim} "
+                               f"({train_data.name}) and cannot be scored in dimension "
+                               f"{test_data.dim} ({test_data.name})")
+
+    def build(self, cls: type, cell: Any, dataset: IntegrandFamily, registry: Any) -> TaskMethod:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cell.seed)
+            return cls(dim=dataset.dim, **cell.hparams)
+
+    def episodes(self, dataset: IntegrandFamily, split: str, shape: Shape, seed: int,
+                 training: bool) -> GetEpisode:
+        n = shape["train_samples"] if split in ("train", "val") else shape["samples"]
+        return lambda i: sample_task(dataset, split, seed, n, i)
+
+    def predict(self, method: IntegrationMethod, episode: IntegrationEpisode) -> Estimate:
+        return method.estimate(episode.problem)
+
+    def check(self, prediction: Any, episode: IntegrationEpisode, method: str) -> None:
+        if not isinstance(prediction, Estimate):
+            raise PredictionError(f"method {method!r} in episode {episode.id}: returned a "
+                                  f"{type(prediction).__name__}; estimate must return "
+                                  "zoo.tasks.integration.Estimate(value, stderr)")
+        if not math.isfinite(float(prediction.value)):
+            raise PredictionError(f"method {method!r} in episode {episode.id}: non-finite "
+                                  f"estimate {prediction.value}; check the method's estimator")
+
+    def score(self, prediction: Estimate, episode: IntegrationEpisode,
+              temperature: float = 1.0) -> dict[str, Any]:
+        mc = float(episode.problem.fx.double().mean())
+        error = float(prediction.value) - episode.truth
+        return {"seed": episode.info.get("seed"), "estimate": float(prediction.value),
+                "stderr": float(prediction.stderr), "truth": episode.truth, "error": error,
+                "abs_error": abs(error), "mc_error": mc - episode.truth}
+
+    def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        err = np.asarray([r["error"] for r in records], dtype=np.float64)
+        mc = np.asarray([r["mc_error"] for r in records], dtype=np.float64)
+        mae, ci = mean_ci(np.abs(err))
+        sq = float(np.sum(err**2))
+        return {"abs_error": mae, "ci95": ci, "abs_error_median": float(np.median(np.abs(err))),
+                "rmse": float(np.sqrt(np.mean(err**2))), "mc_rmse": float(np.sqrt(np.mean(mc**2))),
+                "vrf": float(np.sum(mc**2)) / sq if sq > 0 else math.inf,
+                "test_episodes": len(records),
+                "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records]))}
+
+    def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
+        return -float(np.mean([r["abs_error"] for r in records]))
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        return f"{row['abs_error']:.3g} {pm} {row['ci95']:.2g} (VRF {row['vrf']:.3g})"
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"mean |error| {r['abs_error']:.3g} +- {r['ci95']:.2g}, RMSE {r['rmse']:.3g} "
+                f"(Monte Carlo {r['mc_rmse']:.3g}, VRF {r['vrf']:.3g}), "
+                f"{1000 * r['eval_seconds_per_episode']:.2f} ms/task")
+
+    def draw(self, report: Any, out: Any) -> list:
+        from zoo.runner.plots import metric_lines
+
+        return metric_lines(report, self.name, "samples",
+                            [("rmse", "RMSE over tasks"), ("abs_error", "mean |error|")],
+                            out, "integration", log_x=True, log_y=True)

@@ -1,0 +1,241 @@
+"""Meta-regression: tasks are functions drawn from a family (:mod:`zoo.data.functions`); an
+episode has a context set and a target set, the targets including the context (as in the
+neural-process literature: GMM-NP, Volpp et al. 2023, A.3.3).
+
+A test task is a pure function of (seed, family, split, number of targets, index): the same task
+at every context size, whose context is its first ``context`` points, so scores pair across
+context sizes and methods. A training (or validation) episode has ``train_targets`` points and a
+context size drawn uniformly from ``0..train_max_context`` by the same seeded generator.
+
+A method derives from :class:`RegressionMethod`: ``meta_loss(episode)`` and
+``predict(episode) -> RegressionPrediction`` (``S`` latent samples of per-target Gaussian means and
+variances). Records hold LMLHD, NLL, MSE, CRPS and 50%/90% coverage
+(:mod:`zoo.tasks.regression_metrics`); a cell is one context size, summarised by the median over
+tasks with 5%/95% percentiles and the mean with its 95% CI. The model is selected by the mean
+LMLHD of validation episodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from zoo.data.functions import FunctionFamily
+from zoo.errors import EpisodeError, ZooError
+from zoo.metrics import mean_ci
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
+from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
+
+
+@dataclass(frozen=True)
+class RegressionEpisode:
+    """One function: ``context_x [C, dx]``, ``context_y [C, dy]``, ``target_x [N, dx]``,
+    ``target_y [N, dy]``; the context is the first ``C`` targets."""
+
+    context_x: Tensor
+    context_y: Tensor
+    target_x: Tensor
+    target_y: Tensor
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        i = self.info
+        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
+
+    def to(self, device: torch.device | str) -> RegressionEpisode:
+        return replace(self, context_x=self.context_x.to(device),
+                       context_y=self.context_y.to(device), target_x=self.target_x.to(device),
+                       target_y=self.target_y.to(device))
+
+
+@dataclass
+class RegressionPrediction:
+    """A uniform mixture of ``S`` factorised Gaussians over the targets: ``mean``, ``var``
+    ``[S, N, dy]`` (``S = 1``: one Gaussian per target; :meth:`gaussian` builds that)."""
+
+    mean: Tensor
+    var: Tensor
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def gaussian(cls, mean: Tensor, var: Tensor) -> RegressionPrediction:
+        """One Gaussian per target, ``mean, var [N, dy]``."""
+        return cls(mean[None], var[None])
+
+
+class RegressionMethod(TaskMethod):
+    """Base of a regression method, built as ``cls(x_dim=..., y_dim=..., **hparams)``."""
+
+    task = "regression"
+
+    def __init__(self, *, x_dim: int, y_dim: int, **hparams: Any):
+        super().__init__(**hparams)
+        self.x_dim, self.y_dim = x_dim, y_dim
+
+    @abstractmethod
+    def meta_loss(self, episode: RegressionEpisode) -> Tensor:
+        """A scalar loss for one meta-training step on ``episode``."""
+
+    @abstractmethod
+    def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
+        """The predictive distribution of ``episode.target_y`` given the context only."""
+
+
+def task_seed(seed: int, family: str, split: str, targets: int, index: int) -> int:
+    """A 63-bit seed that depends on every coordinate of the task and on nothing else."""
+    key = json.dumps(["regression", int(seed), family, split, int(targets), int(index)])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,
+                context: int | None, max_context: int = 0) -> RegressionEpisode:
+    """The ``index``-th task; ``context=None`` draws its size from ``0..max_context``."""
+    s = task_seed(seed, family.name, split, targets, index)
+    g = torch.Generator().manual_seed(s)
+    x, y, params = family.draw(g, targets)
+    if context is None:
+        context = int(torch.randint(0, max_context + 1, (), generator=g))
+    device = family.device
+    x, y = x.to(device), y.to(device)
+    return RegressionEpisode(x[:context], y[:context], x, y,
+                             info={"dataset": family.name, "split": split, "index": int(index),
+                                   "seed": s, "context": context, "function": params})
+
+
+class Regression(Task):
+    """Meta-regression: context/target sets of functions from a family; LMLHD, MSE, CRPS."""
+
+    name = "regression"
+    method_base = RegressionMethod
+    settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
+                                          "train_targets": 16, "train_max_context": 15,
+                                          "train_datasets": ["sinusoid"]}
+    train_keys = ("train_targets", "train_max_context")
+    column_keys = ("targets", "context")
+    selection_key = "val_lmlhd"
+    headline = "lmlhd"
+    paired_key = "lmlhd"
+    digits = 2
+    table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
+                  "(LMLHD, log-mean-exp over the method's latent samples) [5%, 95% percentiles]; "
+                  "MSE of the predictive mean (median over tasks). Means with 95% CI, NLL per "
+                  "point, CRPS and 50%/90% coverage: table.csv.")
+
+    def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
+        sizes, targets = list(s["context_sizes"]), int(s["targets"])
+        if not sizes:
+            raise ZooError("a regression suite needs context sizes: set context_sizes, e.g. "
+                           "context_sizes = [0, 4, 16]")
+        too_big = [c for c in sizes if not 0 <= int(c) <= targets]
+        if too_big:
+            raise ZooError(f"context sizes {too_big} are not within 0..targets = {targets}: the "
+                           "targets include the context; raise targets or lower context_sizes")
+        if not 0 <= int(s["train_max_context"]) <= int(s["train_targets"]):
+            raise ZooError(f"train_max_context = {s['train_max_context']} must be within "
+                           f"0..train_targets = {s['train_targets']}")
+        return [{"context": int(c), "targets": targets, "train_targets": int(s["train_targets"]),
+                 "train_max_context": int(s["train_max_context"])} for c in sizes]
+
+    def label(self, shape: Shape) -> str:
+        return f"ctx {shape['context']}/{shape['targets']}"
+
+    def check_data(self, dataset: Any, name: str) -> None:
+        if not isinstance(dataset, FunctionFamily):
+            raise EpisodeError(f"data set {name!r} is not a function family; a regression suite "
+                               "needs one such as sinusoid or gp-rbf (zoo datasets)")
+
+    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
+        if (train_data.x_dim, train_data.y_dim) != (test_data.x_dim, test_data.y_dim):
+            raise EpisodeError(f"{method} was trained on {train_data.name!r} ({train_data.x_dim} "
+                               f"-> {train_data.y_dim} dims) and cannot be scored on "
+                               f"{test_data.name!r} ({test_data.x_dim} -> {test_data.y_dim})")
+
+    def build(self, cls: type, cell: Any, dataset: FunctionFamily, registry: Any) -> TaskMethod:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cell.seed)
+            return cls(x_dim=dataset.x_dim, y_dim=dataset.y_dim, **cell.hparams)
+
+    def episodes(self, dataset: FunctionFamily, split: str, shape: Shape, seed: int,
+                 training: bool) -> GetEpisode:
+        if split in ("train", "val"):
+            n, most = shape["train_targets"], shape["train_max_context"]
+            return lambda i: sample_task(dataset, split, seed, n, i, None, most)
+        return lambda i: sample_task(dataset, split, seed, shape["targets"], i, shape["context"])
+
+    def predict(self, method: RegressionMethod, episode: RegressionEpisode) -> RegressionPrediction:
+        return method.predict(episode)
+
+    def check(self, prediction: Any, episode: RegressionEpisode, method: str) -> None:
+        def fail(problem: str) -> None:
+            raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
+                                  "predict must return RegressionPrediction(mean, var) with mean "
+                                  "and var [samples, targets, y_dim], var > 0")
+
+        if not isinstance(prediction, RegressionPrediction):
+            fail(f"returned a {type(prediction).__name__}, not a RegressionPrediction")
+        n, dy = episode.target_y.shape
+        for name in ("mean", "var"):
+            t = getattr(prediction, name)
+            if t.ndim != 3 or tuple(t.shape[1:]) != (n, dy):
+                fail(f"{name} has shape {tuple(t.shape)}, expected [S, {n}, {dy}]")
+            if not torch.isfinite(t).all():
+                fail(f"non-finite {name}")
+        if prediction.mean.shape != prediction.var.shape:
+            fail(f"mean {tuple(prediction.mean.shape)} and var {tuple(prediction.var.shape)} "
+                 "differ in shape")
+        if (prediction.var <= 0).any():
+            fail(f"a variance is not positive (smallest {float(prediction.var.min()):.3g})")
+
+    def score(self, prediction: RegressionPrediction, episode: RegressionEpisode,
+              temperature: float = 1.0) -> dict[str, Any]:
+        y, mean, var = episode.target_y, prediction.mean.detach(), prediction.var.detach()
+        return {"seed": episode.info.get("seed"), "context": episode.info.get("context"),
+                "samples": int(mean.shape[0]), "lmlhd": joint_log_likelihood(y, mean, var),
+                "nll": point_nll(y, mean, var), "mse": mse(y, mean), "crps": crps(y, mean, var),
+                "coverage50": coverage(y, mean, var, 0.5), "coverage90": coverage(y, mean, var, 0.9)}
+
+    def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Per metric over tasks: LMLHD and MSE median with 5%/95% percentiles and mean with its
+        95% CI; NLL, CRPS and coverage means."""
+        out: dict[str, Any] = {}
+        for key in ("lmlhd", "mse"):
+            v = np.asarray([r[key] for r in records], dtype=np.float64)
+            mean, ci = mean_ci(v)
+            p05, median, p95 = np.percentile(v, [5, 50, 95]) if v.size else (math.nan,) * 3
+            out |= {f"{key}_median": float(median), f"{key}_p05": float(p05),
+                    f"{key}_p95": float(p95), f"{key}_mean": mean, f"{key}_ci95": ci}
+        for key in ("nll", "crps", "coverage50", "coverage90"):
+            out[key] = float(np.mean([r[key] for r in records]))
+        return out | {"test_episodes": len(records),
+                      "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records]))}
+
+    def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
+        return float(np.mean([r["lmlhd"] for r in records]))
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        return (f"{row['lmlhd_median']:.1f} [{row['lmlhd_p05']:.1f}, {row['lmlhd_p95']:.1f}], "
+                f"MSE {row['mse_median']:.3g}")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "
+                f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
+                f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+    def draw(self, report: Any, out: Any) -> list:
+        from zoo.runner.plots import metric_lines
+
+        return metric_lines(report, self.name, "context",
+                            [("lmlhd_median", "LMLHD (median over tasks)"),
+                             ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
+                             ("coverage90", "90% interval coverage")], out, "regression")

@@ -1,0 +1,258 @@
+"""Sequential (online) classification: a stream of labelled examples seen once each, in a seeded
+order; the method keeps a state (``init``, ``update(state, x, y)``, ``predict(state, x)``), as in
+the Bayesian online natural-gradient family (Jones et al. 2024) and pyro's ``SMCFilter``.
+
+An episode is one stream: a pure function of (seed, data set, split, stream length, index). It is
+scored on the data set's held-out examples after each of the ``eval_steps`` updates: NLPD (mean
+negative log predictive probability), error rate and ECE (15 bins), and by the wall time per
+update. A record holds the whole curve; the summary gives the final numbers with 95% CIs over
+streams and the mean curve.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from zoo.data.streams import StreamData
+from zoo.errors import EpisodeError, ZooError
+from zoo.metrics import ece_mce, mean_ci, nll
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
+
+SUM_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class Stream:
+    """``x [T, dim]``, ``y [T]`` in stream order; ``held_x``, ``held_y`` for scoring;
+    ``eval_steps``: after how many updates the method is scored."""
+
+    x: Tensor
+    y: Tensor
+    held_x: Tensor
+    held_y: Tensor
+    eval_steps: tuple[int, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        i = self.info
+        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
+
+
+@dataclass
+class StreamPrediction:
+    """Class probabilities on the held-out examples ``[H, classes]`` after each evaluation step,
+    and the wall time of every update."""
+
+    probs: list[Tensor]
+    update_seconds: list[float]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamMethod(TaskMethod):
+    """Base of a sequential method, built as ``cls(dim=..., classes=..., **hparams)``; a state is
+    whatever the method likes (tensors, a tuple), passed back to it."""
+
+    task = "sequential"
+
+    def __init__(self, *, dim: int, classes: int, **hparams: Any):
+        super().__init__(**hparams)
+        self.dim, self.classes = dim, classes
+
+    @abstractmethod
+    def init(self) -> Any:
+        """The state before any example (the prior)."""
+
+    @abstractmethod
+    def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
+        """The state after seeing one example ``x [dim]`` with label ``y`` (a 0-d tensor)."""
+
+    @abstractmethod
+    def predict(self, state: Any, x: Tensor) -> Tensor:
+        """Class probabilities ``[n, classes]`` for ``x [n, dim]``."""
+
+
+def stream_seed(seed: int, dataset: str, split: str, length: int, index: int) -> int:
+    key = json.dumps(["sequential", int(seed), dataset, split, int(length), int(index)])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+class Sequential(Task):
+    """Online classification on a stream seen once: NLPD, error and ECE along the stream."""
+
+    name = "sequential"
+    method_base = StreamMethod
+    settings: ClassVar[dict[str, Any]] = {"stream_length": 1000,
+                                          "eval_steps": [10, 30, 100, 300, 1000],
+                                          "train_datasets": ["digits-stream"],
+                                          "train_episodes": 0, "val_episodes": 0,
+                                          "test_episodes": 5}
+    column_keys = ("stream_length",)
+    selection_key = "val_neg_nlpd"
+    headline = "final_nlpd"
+    paired_key = "final_nlpd"
+    table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
+                  "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
+
+    def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
+        length, steps = int(s["stream_length"]), sorted({int(t) for t in s["eval_steps"]})
+        if not steps or steps[0] < 0 or steps[-1] > length:
+            raise ZooError(f"eval_steps = {s['eval_steps']} must be within 0..stream_length = "
+                           f"{length}, e.g. eval_steps = [10, 100, {length}]")
+        return [{"stream_length": length, "eval_steps": steps}]
+
+    def label(self, shape: Shape) -> str:
+        return f"T={shape['stream_length']}"
+
+    def check_data(self, dataset: Any, name: str) -> None:
+        if not isinstance(dataset, StreamData):
+            raise EpisodeError(f"data set {name!r} is not a stream data set; a sequential suite "
+                               "needs one such as digits-stream (zoo datasets)")
+
+    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
+        if (train_data.dim, train_data.classes) != (test_data.dim, test_data.classes):
+            raise EpisodeError(f"{method} was built for {train_data.dim}-d inputs and "
+                               f"{train_data.classes} classes ({train_data.name}), not for "
+                               f"{test_data.name!r}")
+
+    def check_method(self, cls: type) -> None:
+        super().check_method(cls)
+        missing = [m for m in ("init", "update", "predict")
+                   if not callable(getattr(cls, m, None))
+                   or getattr(getattr(cls, m), "__isabstractmethod__", False)]
+        if missing:
+            raise ZooError(f"method {cls.name!r} declares task 'sequential' but does not implement "
+                           f"{', '.join(missing)}; a stream method implements init(), "
+                           "update(state, x, y) and predict(state, x)")
+
+    def build(self, cls: type, cell: Any, dataset: StreamData, registry: Any) -> TaskMethod:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cell.seed)
+            return cls(dim=dataset.dim, classes=dataset.classes, **cell.hparams)
+
+    def episodes(self, dataset: StreamData, split: str, shape: Shape, seed: int,
+                 training: bool) -> GetEpisode:
+        length = shape["stream_length"]
+        if length > len(dataset.pool):
+            raise EpisodeError(f"stream_length = {length}, but {dataset.name!r} has "
+                               f"{len(dataset.pool)} stream examples; lower stream_length")
+
+        def get(i: int) -> Stream:
+            s = stream_seed(seed, dataset.name, split, length, i)
+            order = dataset.pool[torch.randperm(len(dataset.pool),
+                                                generator=torch.Generator().manual_seed(s))[:length]]
+            order = order.to(dataset.device)
+            held = dataset.held_out.to(dataset.device)
+            return Stream(dataset.x[order], dataset.y[order], dataset.x[held], dataset.y[held],
+                          tuple(shape["eval_steps"]),
+                          info={"dataset": dataset.name, "split": split, "index": int(i),
+                                "seed": s})
+        return get
+
+    def predict(self, method: StreamMethod, stream: Stream) -> StreamPrediction:
+        """Run the whole stream: ``update`` once per example, ``predict`` at each eval step."""
+        state, probs, seconds = method.init(), [], []
+        steps = set(stream.eval_steps)
+        if 0 in steps:
+            probs.append(method.predict(state, stream.held_x))
+        for t in range(len(stream.y)):
+            start = time.perf_counter()
+            state = method.update(state, stream.x[t], stream.y[t])
+            seconds.append(time.perf_counter() - start)
+            if t + 1 in steps:
+                probs.append(method.predict(state, stream.held_x))
+        return StreamPrediction(probs, seconds)
+
+    def meta_loss(self, method: Any, episode: Stream) -> Tensor:
+        raise ZooError("sequential methods are not meta-trained; set train_episodes = 0")
+
+    def check(self, prediction: Any, stream: Stream, method: str) -> None:
+        def fail(problem: str) -> None:
+            raise PredictionError(f"method {method!r} in stream {stream.id}: {problem}; predict "
+                                  "must return class probabilities [examples, classes], rows "
+                                  "summing to 1")
+
+        if not isinstance(prediction, StreamPrediction) or \
+                len(prediction.probs) != len(stream.eval_steps):
+            fail("did not give one prediction per evaluation step")
+        classes = int(stream.held_y.max()) + 1
+        for p in prediction.probs:
+            if p.ndim != 2 or p.shape[0] != len(stream.held_y) or p.shape[1] < classes:
+                fail(f"probs have shape {tuple(p.shape)}")
+            if not torch.isfinite(p).all() or (p < 0).any():
+                fail("non-finite or negative probabilities")
+            if float((p.double().sum(-1) - 1).abs().max()) > SUM_TOLERANCE:
+                fail("a row of probabilities does not sum to 1")
+
+    def score(self, prediction: StreamPrediction, stream: Stream,
+              temperature: float = 1.0) -> dict[str, Any]:
+        y = stream.held_y.cpu()
+        curve = []
+        for step, p in zip(stream.eval_steps, prediction.probs):
+            p = p.detach().double().cpu()
+            conf, guess = p.max(1)
+            correct = (guess == y).double()
+            curve.append({"step": step, "nlpd": nll(p, y), "error": float(1 - correct.mean()),
+                          "ece": ece_mce(conf.numpy(), correct.numpy())[0]})
+        last = curve[-1]
+        return {"seed": stream.info.get("seed"), "final_nlpd": last["nlpd"],
+                "final_error": last["error"], "final_ece": last["ece"],
+                "update_seconds": float(np.mean(prediction.update_seconds)), "curve": curve}
+
+    def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        nlpd, nlpd_ci = mean_ci([r["final_nlpd"] for r in records])
+        error, error_ci = mean_ci([r["final_error"] for r in records])
+        steps = [p["step"] for p in records[0]["curve"]]
+        curve = [{"step": s, **{k: float(np.mean([r["curve"][i][k] for r in records]))
+                                for k in ("nlpd", "error", "ece")}} for i, s in enumerate(steps)]
+        return {"final_nlpd": nlpd, "nlpd_ci95": nlpd_ci, "final_error": error,
+                "error_ci95": error_ci,
+                "final_ece": float(np.mean([r["final_ece"] for r in records])),
+                "update_ms": 1000 * float(np.mean([r["update_seconds"] for r in records])),
+                "curve": curve, "test_episodes": len(records),
+                "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records]))}
+
+    def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
+        return -float(np.mean([r["final_nlpd"] for r in records]))
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, error "
+                f"{100 * row['final_error']:.1f}{pct}, {row['update_ms']:.2f} ms/update")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
+
+    def draw(self, report: Any, out: Any) -> list:
+        from zoo.runner.plots import legend_outside, method_styles, pyplot, save, slug
+
+        plt = pyplot()
+        styles = method_styles(report.methods)
+        written = []
+        for s in [s for s in report.settings if s[0] == self.name]:
+            fig, axes = plt.subplots(1, 2, figsize=(8, 3.3), layout="constrained")
+            for m in report.methods:
+                entry = report.entries.get((m, s))
+                if entry is None or not entry.results:
+                    continue
+                curve = entry.summary()["curve"]
+                for ax, key in zip(axes, ("nlpd", "error")):
+                    ax.plot([p["step"] for p in curve], [p[key] for p in curve], label=m,
+                            **styles[m])
+            for ax, key in zip(axes, ("held-out NLPD", "held-out error")):
+                ax.set(xlabel="examples seen", ylabel=key, xscale="symlog")
+            legend_outside(fig, axes[0])
+            fig.suptitle(f"sequential: {report.label(s)}")
+            written.append(save(fig, out / f"sequential-{slug(report.label(s))}.png"))
+        return written
