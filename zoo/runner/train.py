@@ -133,7 +133,8 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         log.info("%s: resuming training at episode %d of %d", cell.label, state.episode,
                  cell.train_episodes)
 
-    validating = has_split(dataset, "val") and cell.val_episodes > 0
+    # nothing to select among without training: the untrained model, temperature 1
+    validating = has_split(dataset, "val") and cell.val_episodes > 0 and cell.train_episodes > 0
     meta_batch = method.meta_batch
     sample = task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes

@@ -24,7 +24,7 @@ MINIMUM: dict[str, tuple[int, str]] = {
     "train_shot": (0, "the training shot (0: one model per test shot)"),
     "query": (1, "queries per class"),
     "train_query": (1, "training queries per class"),
-    "train_episodes": (1, "training episodes"),
+    "train_episodes": (0, "training episodes (0: no meta-training)"),
     "val_episodes": (0, "validation episodes"),
     "val_every": (0, "training episodes between validations (0: at the end)"),
     "test_episodes": (1, "test episodes"),
