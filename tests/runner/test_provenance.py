@@ -17,3 +17,33 @@ def test_cells_carry_the_provenance_of_their_method():
     assert cell.train_config()["provenance"] == cell.provenance
     other = dataclasses.replace(cell, provenance={**cell.provenance, "digest": "0" * 64})
     assert other.hash != cell.hash and other.train_hash != cell.train_hash
+
+
+def test_results_of_other_code_are_not_reused_silently(tmp_path, monkeypatch, caplog):
+    """A finished cell made by another version of the method is named, run again and left out of
+    the report; ``--force`` deletes it."""
+    from zoo.plugins import registry
+    from zoo.runner.bench import run_suite
+    from zoo.runner.report import load_report
+    from zoo.runner.storage import Results
+
+    suite = tiny_suite(test_datasets=["glyphs"])
+    out = tmp_path / "out"
+    reg = registry()
+    real = reg.provenance
+    old = {"distribution": "zoo-protonet", "version": "0.0.1", "digest": "0" * 64, "plugin": "x"}
+    monkeypatch.setattr(reg, "provenance", lambda kind, name: old)
+    (first,) = run_suite(suite, out=out, device="cpu", progress=False).finished
+    monkeypatch.setattr(reg, "provenance", real)
+
+    with caplog.at_level("WARNING"):
+        rerun = run_suite(suite, out=out, device="cpu", progress=False)
+    assert "made by other code" in caplog.text and "0.0.1" in caplog.text
+    assert len(rerun.finished) == 1 and rerun.skipped == 0
+    (row,) = load_report(out).rows()
+    assert row["seeds"] == 1  # the old result is kept on disk but not pooled with the new one
+    assert len(Results.open(out).finished()) == 2
+
+    run_suite(suite, out=out, device="cpu", progress=False, force=True)
+    hashes = {r["config_hash"] for r in Results.open(out).finished()}
+    assert first.cell_hash not in hashes and len(hashes) == 1

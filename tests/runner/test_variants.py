@@ -105,3 +105,16 @@ def test_variants_are_rows_of_the_report(tmp_path):
     assert {pair["a"], pair["b"]} == set(report.methods) and pair["episodes"] == 4
     again = run_suite(suite, out=out, device="cpu", progress=False)
     assert again.skipped == 2 and not again.finished
+
+
+def test_a_kernel_per_method_overrides_the_suite_kernel(kernel_proto):
+    suite = variant_suite(parts=[], kernel="rbf")
+    (cell,) = expand_cells(apply_overrides(suite, ["kernel-proto.kernel=polynomial[order=2]"],
+                                           ["kernel-proto"]), ["kernel-proto"])
+    assert cell.kernel == "polynomial[order=2]" and "kernel" not in cell.hparams
+    raw = {"suite": {**TINY["suite"], "methods": ["kernel-proto"], "kernel": "rbf", "test_datasets": []},
+           "methods": {"kernel-proto": {"kernel": "cosine"}}}
+    (cell,) = expand_cells(suite_from_dict("k", raw, "test"), ["kernel-proto"])
+    assert cell.kernel == "cosine"
+    with pytest.raises(SuiteError, match="no hyper-parameter 'kernel'"):
+        apply_overrides(suite, ["protonet.kernel=cosine"], ["protonet"])

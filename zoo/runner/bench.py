@@ -124,6 +124,12 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
     return target
 
 
+def _code(result: dict[str, Any]) -> str:
+    p = result["config"].get("provenance") or {}
+    return (f"{p.get('distribution')} {p.get('version')}, code {str(p.get('digest'))[:12]}"
+            if p else "code of unknown provenance")
+
+
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
@@ -147,9 +153,19 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
     results = Results.open(out)
     with results.writer():
         results.sync_results()
+        stale = results.superseded(c.config() for c in cells)
         if force:
             for cell in cells:
                 results.remove_cell(cell.hash, cell.train_hash)
+            for r in stale:
+                old = Cell.from_config(r["config"], registry.get("tasks", r.get("task", "classification")))
+                results.remove_cell(r["config_hash"], old.train_hash)
+        elif stale:
+            made_by = sorted({f"{r['method']} ({_code(r)})" for r in stale})
+            log.warning("%s: %d finished cell(s) of suite %s were made by other code than is "
+                        "installed now: %s. They are not reused (their cells run again) and the "
+                        "report shows the new results; rerun with --force to delete the old ones.",
+                        out, len(stale), suite.name, ", ".join(made_by))
         results.save_suite(suite.to_json())
         outcome = BenchOutcome(out, cells)
         todo = [c for c in cells if not results.is_done(c.hash)]

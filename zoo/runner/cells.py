@@ -106,6 +106,12 @@ def row_name(method: str, variant: str = "") -> str:
     return f"{method} {variant}" if variant else method
 
 
+def code_free_hash(config: Mapping[str, Any]) -> str:
+    """The hash of a configuration without its ``provenance``: equal for the same cell computed by
+    other code (another version of the method's plugin), so such results can be recognised."""
+    return config_hash({k: v for k, v in config.items() if k != "provenance"})
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     """16 hex digits of the SHA-256 of the canonical JSON of ``config``."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
@@ -147,12 +153,14 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                     cls = registry.get("methods", m)
                     given = {**suite.method_overrides.get(m, {}),
                              **{k: v for k, v in s["hparams"].items() if k in owned[m]}}
+                    method_kernel = given.pop("kernel", None) if cls.uses_kernel else None
                     try:
                         hparams = resolve_hparams(cls, given)
                         train_episodes = task.train_episodes(s["train_episodes"], shape)
                     except (HyperParameterError, ZooError) as exc:
                         raise SuiteError(f"suite {suite.name!r}: {exc}") from None
-                    kernel = (s["kernel"] or cls.default_kernel) if cls.uses_kernel else None
+                    kernel = (method_kernel or s["kernel"] or cls.default_kernel
+                              if cls.uses_kernel else None)
                     for test in tests:
                         cells.append(Cell(
                             method=m, hparams=hparams, train_dataset=train, dataset=test,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.runner.cells import row_name
+from zoo.runner.cells import code_free_hash, row_name
 from zoo.runner.storage import Results, read_jsonl
 from zoo.tasks.base import Task
 
@@ -112,7 +112,11 @@ def load_report(root: Path, registry: Any = None) -> Report:
         return entries.setdefault((method, s), Entry(method, s, task))
 
     done = set()
-    for r in results.finished():
+    finished = results.finished()
+    latest = {code_free_hash(r["config"]): r["config_hash"] for r in finished}  # later lines win
+    for r in finished:
+        if latest[code_free_hash(r["config"])] != r["config_hash"]:
+            continue  # made by an older version of the method: kept on disk, not shown
         e = entry(row_name(r["method"], r.get("variant", "")), r)
         e.results.append(r)
         folder = results.cell_dir(r["config_hash"])

@@ -33,7 +33,7 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.allocator import malloc_setting
-from zoo.runner.cells import config_hash
+from zoo.runner.cells import code_free_hash, config_hash
 
 FORMAT = {"format": "zoo-results", "version": 1}
 MARKER = "zoo-results.json"
@@ -193,6 +193,13 @@ class Results:
         have = {r["config_hash"] for r in lines}
         return lines + [_read_json(run / "result.json") for run in _entries(self.root / "cells")
                         if (run / "done").exists() and run.name not in have]
+
+    def superseded(self, configs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Finished results with one of ``configs`` (cell configurations) except the code that
+        made them (``provenance``): results of another version of a method, not to be reused."""
+        wanted = {code_free_hash(c): config_hash(c) for c in configs}
+        return [r for r in self.finished()
+                if wanted.get(code_free_hash(r["config"]), r["config_hash"]) != r["config_hash"]]
 
     def add_result(self, result: dict[str, Any]) -> None:
         """Add a finished cell's line (once; only the holder of :meth:`writer` calls this)."""

@@ -14,6 +14,9 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
     [methods.maml]               # hyper-parameter overrides for one method (--set maml.KEY=VALUE)
     inner_steps = 1
 
+    [methods.md-bfsc]            # a method that uses a kernel may have its own (--set
+    kernel = "cosine"            #   md-bfsc.kernel=...), over the suite's `kernel`
+
     [[part]]                     # optional: each part overrides [suite] settings for its cells;
     variant = "steps=5"          #   with a variant label and hyper-parameters it is one row of
     hparams = {inner_steps = 5}  #   an ablation table ("maml steps=5")
@@ -217,6 +220,9 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
         if "." in key:
             method, hparam = key.split(".", 1)
             cls = reg.get("methods", method)
+            if hparam == "kernel" and cls.uses_kernel:  # a kernel spec for this method alone
+                overrides.setdefault(method, {})[hparam] = str(value)
+                continue
             if hparam not in cls.all_defaults():
                 raise SuiteError(f"--set {key}: method {method!r} has no hyper-parameter "
                                  f"{hparam!r}; it has: {', '.join(sorted(cls.all_defaults()))}")
