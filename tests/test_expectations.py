@@ -16,7 +16,7 @@ from zoo.expectations import (
     build_estimator,
     standard_normal_draws,
 )
-from zoo.method import episode_generator, episode_seed
+from zoo.method import draw_seed, episode_generator
 from zoo.plugins import registry
 
 DTYPE = torch.float64
@@ -124,9 +124,9 @@ def test_sobol_draws_are_antithetic_and_standard():
 def test_episode_seed_keeps_the_historical_streams():
     empty = torch.zeros(0)
     episode = Episode(empty, empty, empty, empty, way=2, shot=1, info={"seed": 2**40 + 12345})
-    assert episode_seed(episode) == (2**40 + 12345) % 2**31
+    assert draw_seed(episode) == (2**40 + 12345) % 2**31
     expected = int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, 2)))
-    assert episode_seed(episode, salt=2) == expected != episode_seed(episode, salt=1)
+    assert draw_seed(episode, salt=2) == expected != draw_seed(episode, salt=1)
 
 
 def test_a_methods_estimator_is_chosen_by_spec_and_checked_at_build():

@@ -132,7 +132,7 @@ def episode_generator(episode: Episode, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def episode_seed(episode: Episode, salt: int | None = None) -> int:
+def draw_seed(episode: Episode, salt: int | None = None) -> int:
     """The seed of an estimator's draws for ``episode``, so that a prediction is a function of
     (weights, episode) alone: a 62-bit seed drawn from :func:`episode_generator` with ``salt``
     (one salt per use, e.g. inner loop and predictive), or, with ``salt=None``, the episode's own

@@ -17,7 +17,7 @@ from torch import Tensor
 from zoo.episode import Episode
 from zoo.expectations import Estimator, FusedIntegrand, Integrand, build_estimator
 from zoo.hparams import HParam
-from zoo.method import Method, Prediction, episode_seed
+from zoo.method import Method, Prediction, draw_seed
 
 
 def softmax(f: Tensor) -> Tensor:
@@ -59,10 +59,10 @@ class LatentGaussianMethod(Method):
                       integrand: Integrand | FusedIntegrand | None = None, salt: int | None = None,
                       **fallback: Any) -> Tensor:
         """``E[link(f)]`` for ``f ~ N(mean, diag var)`` over the class axis, with draws seeded by
-        the episode (:func:`zoo.method.episode_seed` with ``salt``)."""
+        the episode (:func:`zoo.method.draw_seed` with ``salt``)."""
         estimator = self.estimator(**fallback)
         g = self.link if integrand is None else integrand
-        return estimator.expect(g, mean, var, seed=episode_seed(episode, salt)).value
+        return estimator.expect(g, mean, var, seed=draw_seed(episode, salt)).value
 
     def predict(self, episode: Episode) -> Prediction:
         mean, var = self.latent(episode)

@@ -60,7 +60,7 @@ from zoo.backbones import Backbone
 from zoo.errors import check_finite
 from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
 from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.method import draw_seed
 
 
 class WeightSpaceMethod(InnerLoopMethod):
@@ -165,7 +165,7 @@ class ABML(WeightSpaceMethod):
 
     def predict(self, episode: Episode) -> Prediction:
         device = episode.query_x.device
-        seed = int(torch.randint(2**62, (1,), generator=episode_generator(episode)))
+        seed = draw_seed(episode, salt=0)
         objective: list[float] = []
         # Pyro draws from the global generator: fork it, seeded by the episode, so that the
         # prediction is a function of the episode and the caller's random state is untouched.

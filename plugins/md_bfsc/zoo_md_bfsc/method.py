@@ -18,7 +18,7 @@ from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
-from zoo.method import episode_seed
+from zoo.method import draw_seed
 from zoo.variational import SoftmaxLikelihood, SoftmaxMean
 from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
 
@@ -61,7 +61,7 @@ class MDBFSC(GPMethod):
                   samples: int, trace: bool = False, final_elbo: bool = False) -> InnerResult:
         """The inner loop on prior covariances ``K [C, N, N]`` and labels ``[N]``."""
         onehot = F.one_hot(labels, episode.way).to(DTYPE)
-        rule = self.estimator(samples=samples).rule(episode.way, seed=episode_seed(episode, salt=1),
+        rule = self.estimator(samples=samples).rule(episode.way, seed=draw_seed(episode, salt=1),
                                                     device=K.device)
         likelihood = SoftmaxLikelihood(onehot, rule)
         return INNER_LOOPS[self.inner](K, likelihood, steps, rho, jitter=self.jitter,
