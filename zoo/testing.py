@@ -8,6 +8,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
   diagonal, per-class batching, gradients that reach the kernel's parameters and the features.
 - :func:`check_dataset`: disjoint splits, class sizes, what ``gather`` returns, episodes that are
   a function of their coordinates.
+- :func:`check_task`: a task kind with one of its methods on one data set: episodes that are a
+  function of their coordinates, an admissible prediction, a JSON record, a summary and a finite
+  selection value from the kind's own functions.
 
 Fixtures: :func:`toy_episode` (class-dependent images), :func:`tiny_episode` (four-feature
 vectors, float64), :func:`line_episode` (one feature); backbones :class:`IdentityBackbone` and
@@ -16,6 +19,9 @@ vectors, float64), :func:`line_episode` (one feature); backbones :class:`Identit
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from typing import Any
 
 import torch
@@ -241,3 +247,49 @@ def check_dataset(dataset: str | FewShotDataset, way: int = 5, shot: int = 1, qu
             (again.support_x, again.query_x, again.support_y, again.query_y))), \
             f"{at} ({split}): the same episode coordinates gave different episodes; gather " \
             "must be deterministic"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal episodes: every tensor field bit-identical, every other field equal."""
+    if dataclasses.is_dataclass(a) and type(a) is type(b):
+        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, Tensor):
+        return isinstance(b, Tensor) and torch.equal(a, b)
+    return a == b
+
+
+def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
+    """Conformance of task kind ``kind`` (a registered :class:`zoo.tasks.Task`) run with ``method``
+    on ``dataset``, through the kind's own functions as the runner calls them; ``settings`` are
+    suite settings (the kind's shape, e.g. ``context_sizes``)."""
+    from zoo.plugins import load_dataset, registry
+    from zoo.runner.cells import expand_cells
+    from zoo.runner.suite import suite_from_dict
+    from zoo.spec import parse_spec
+
+    reg = registry()
+    task = reg.get("tasks", kind)
+    assert task.name == kind, f"task kind registered as {kind!r} calls itself {task.name!r}"
+    suite = suite_from_dict("conformance", {"suite": {
+        "task": kind, "methods": [method], "train_datasets": [dataset], "seeds": [0],
+        "train_episodes": 1, "val_episodes": 1, "test_episodes": 2, **settings}}, "check_task")
+    cell = expand_cells(suite, [method], reg)[0]
+    base, options = parse_spec(dataset)
+    data = load_dataset(base, **options)
+    task.check_data(data, dataset)
+    count, get = task.test_episodes(data, cell.shape, cell.seed, cell.test_episodes)
+    assert count >= 1, f"{kind}: no test episodes for {dataset}"
+    episode = get(0)
+    assert _same(episode, get(0)), (f"{kind}: test episode 0 of {dataset} differs between two "
+                                    "calls; draw it from a generator seeded by its coordinates")
+    model = task.build(reg.get("methods", method), cell, data, reg)
+    model.eval()
+    with torch.no_grad():
+        prediction = task.predict(model, episode)
+    task.check(prediction, episode, method)  # raises PredictionError, naming what to fix
+    record = {"index": 0} | task.score(prediction, episode) | {"seconds": 0.0}  # as the runner
+    json.dumps(record)  # records go to episodes.jsonl
+    summary = task.summarise([record, record])
+    assert isinstance(summary, dict) and summary, f"{kind}: summarise gave {summary!r}"
+    value = task.selection_value([record])
+    assert math.isfinite(value), f"{kind}: selection value {value} of a valid record is not finite"
