@@ -206,7 +206,7 @@ def check_dataset(dataset: str | FewShotDataset, way: int = 5, shot: int = 1, qu
     or a built one: class names and sizes, disjoint splits of valid class indices, ``gather``'s
     shape and dtype, and episodes of every split that are a function of their coordinates."""
     if isinstance(dataset, str):
-        from zoo.data import load_dataset
+        from zoo.plugins import load_dataset
 
         dataset = load_dataset(dataset, **options)
     at = f"data set {dataset.name!r}"
