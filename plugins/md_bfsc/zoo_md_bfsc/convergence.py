@@ -24,28 +24,24 @@ import argparse
 import json
 import logging
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import tomllib
 import torch
 
 from zoo import EpisodeSampler, build_method
 from zoo.errors import NumericalError
+from zoo.io import atomic_write_json
 from zoo.plugins import load_dataset
 from zoo_md_bfsc.method import MDBFSC
 
 log = logging.getLogger(__name__)
 
-DEFAULTS: dict[str, Any] = {
-    "dataset": "glyphs", "way": 5, "shots": [1, 5], "query": 10, "episodes": 4,
-    "inner_iterations": 30, "outer_iterations": 30, "seed": 0, "common_rho": 0.005,
-    "md_rhos": [0.005, 0.05, 0.2, 0.5, 1.0], "gd_rhos": [0.005, 0.02, 0.05, 0.1, 0.2],
-    "gd_moment_rhos": [1e-4, 5e-4, 1e-3, 0.005],
-    "outer_rho": {"1": 0.1, "5": 0.02}, "outer_inner_steps": 2, "lr": 1e-3,
-}
+#: The settings, from the suite file: one source for ``zoo bench md-convergence`` and ``main``.
+DEFAULTS: dict[str, Any] = tomllib.loads(
+    (Path(__file__).with_name("md-convergence.toml")).read_text())["settings"]
 VARIANTS = {"md": ("md-bfsc", {}), "gd": ("gd-bfsc", {}),
             "gd_moment": ("gd-bfsc", {"gd_parameterisation": "moment"})}
 
@@ -112,7 +108,7 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
             log.info("inner %s %s: best rho %g", variant, key, best)
         for variant in ("md", "gd"):
             result["outer"][variant][key] = _outer_curve(variant, ds, shot, cfg, build, device)
-    _write_json(out_dir / "convergence.json", result)
+    atomic_write_json(out_dir / "convergence.json", result)
     _plot(result, out_dir)
 
 
@@ -136,13 +132,6 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
         optimizer.step()
         losses.append(float(loss.detach()))
     return losses
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 def _plot(result: Mapping[str, Any], out_dir: Path) -> None:
