@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import nn
 
-from zoo.errors import ZooError
+from zoo.errors import EpisodeError, ZooError
 from zoo.hparams import Configurable, HParam
 
 Shape = Mapping[str, Any]
@@ -66,6 +66,8 @@ class Task(ABC):
     Attributes:
         name: the registered name (``suite.task``, ``Method.task``).
         method_base: the class a method of this kind derives from (named in errors).
+        data_base, data_what, data_example: the class of this kind's data sets, what it is in
+            words and a registered example, for the error when a suite names other data.
         settings: the suite settings this kind adds, with their defaults (``--set`` works on them).
         train_keys: the shape keys that identify a cell's training (others only its scoring).
         column_keys: the shape keys of a report column (seeds pooled).
@@ -79,6 +81,9 @@ class Task(ABC):
 
     name: ClassVar[str]
     method_base: ClassVar[type]
+    data_base: ClassVar[type] = object
+    data_what: ClassVar[str] = "data of this kind"
+    data_example: ClassVar[str] = ""
     settings: ClassVar[dict[str, Any]] = {}
     train_keys: ClassVar[tuple[str, ...]] = ()
     column_keys: ClassVar[tuple[str, ...]] = ()
@@ -122,7 +127,9 @@ class Task(ABC):
 
     def check_data(self, dataset: Any, name: str) -> None:
         """Raise a clear error if ``dataset`` is not data of this kind."""
-        return None
+        if not isinstance(dataset, self.data_base):
+            raise EpisodeError(f"data set {name!r} is not {self.data_what}; a {self.name} suite "
+                               f"needs one such as {self.data_example} (zoo datasets)")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
         """Raise if a model trained on ``train_data`` cannot be scored on ``test_data``."""

@@ -32,6 +32,9 @@ class Classification(Task):
 
     name = "classification"
     method_base = Method
+    data_base = FewShotDataset
+    data_what = "a few-shot classification data set"
+    data_example = "glyphs"
     settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_shot": 0,
                                           "query": 15, "train_query": 15}
     train_keys = ("way", "train_shot", "train_query")
@@ -58,11 +61,6 @@ class Classification(Task):
         trained = (f" (trained {shape['train_shot']}-shot)"
                    if "train_shot" in shape and shape["train_shot"] != shape["shot"] else "")
         return f"{shape['way']}w{shape['shot']}s{trained}"
-
-    def check_data(self, dataset: Any, name: str) -> None:
-        if not isinstance(dataset, FewShotDataset):
-            raise EpisodeError(f"data set {name!r} is not a few-shot classification data set; a "
-                               "classification suite needs one such as glyphs (zoo datasets)")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
         if (test_data.in_channels, test_data.image_size) != (train_data.in_channels,

@@ -100,6 +100,9 @@ class Integration(Task):
 
     name = "integration"
     method_base = IntegrationMethod
+    data_base = IntegrandFamily
+    data_what = "an integrand family"
+    data_example = "gaussian-cosine"
     settings: ClassVar[dict[str, Any]] = {"sample_sizes": [10, 100, 1000], "train_samples": 100,
                                           "train_datasets": ["gaussian-cosine"],
                                           "train_episodes": 0, "val_episodes": 0,
@@ -123,11 +126,6 @@ class Integration(Task):
 
     def label(self, shape: Shape) -> str:
         return f"n={shape['samples']}"
-
-    def check_data(self, dataset: Any, name: str) -> None:
-        if not isinstance(dataset, IntegrandFamily):
-            raise EpisodeError(f"data set {name!r} is not an integrand family; an integration "
-                               "suite needs one such as gaussian-cosine (zoo datasets)")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
         if train_data.dim != test_data.dim:

@@ -117,6 +117,9 @@ class Regression(Task):
 
     name = "regression"
     method_base = RegressionMethod
+    data_base = FunctionFamily
+    data_what = "a function family"
+    data_example = "sinusoid or gp-rbf"
     settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
                                           "train_targets": 16, "train_max_context": 15,
                                           "train_datasets": ["sinusoid"]}
@@ -148,11 +151,6 @@ class Regression(Task):
 
     def label(self, shape: Shape) -> str:
         return f"ctx {shape['context']}/{shape['targets']}"
-
-    def check_data(self, dataset: Any, name: str) -> None:
-        if not isinstance(dataset, FunctionFamily):
-            raise EpisodeError(f"data set {name!r} is not a function family; a regression suite "
-                               "needs one such as sinusoid or gp-rbf (zoo datasets)")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
         if (train_data.x_dim, train_data.y_dim) != (test_data.x_dim, test_data.y_dim):

@@ -92,6 +92,9 @@ class Sequential(Task):
 
     name = "sequential"
     method_base = StreamMethod
+    data_base = StreamData
+    data_what = "a stream data set"
+    data_example = "digits-stream"
     settings: ClassVar[dict[str, Any]] = {"stream_length": 1000,
                                           "eval_steps": [10, 30, 100, 300, 1000],
                                           "train_datasets": ["digits-stream"],
@@ -113,11 +116,6 @@ class Sequential(Task):
 
     def label(self, shape: Shape) -> str:
         return f"T={shape['stream_length']}"
-
-    def check_data(self, dataset: Any, name: str) -> None:
-        if not isinstance(dataset, StreamData):
-            raise EpisodeError(f"data set {name!r} is not a stream data set; a sequential suite "
-                               "needs one such as digits-stream (zoo datasets)")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
         if (train_data.dim, train_data.classes) != (test_data.dim, test_data.classes):
