@@ -72,6 +72,20 @@ def test_crps_in_chunks_equals_crps_at_once(monkeypatch):
     assert rm.crps(y, mean, var) == pytest.approx(whole, rel=1e-12)
 
 
+def test_crps_of_many_components_estimates_the_exact_mixture_crps(monkeypatch):
+    """Above PAIRWISE_COMPONENTS the pairs s != t are subsampled and the diagonal kept exact: the
+    estimate is unbiased over the order of i.i.d. components (a biased weighting of the diagonal
+    would shift the mean by ~(1/4 - 1/12) E A(0, 2v) / 2 here)."""
+    g = torch.Generator().manual_seed(3)
+    y, mean = torch.randn(1, 1, generator=g), 2 * torch.randn(12, 1, 1, generator=g)
+    var = torch.rand(12, 1, 1, generator=g) + 0.5
+    exact = rm.crps(y, mean, var)
+    monkeypatch.setattr(rm, "PAIRWISE_COMPONENTS", 4)
+    estimates = [rm.crps(y, mean[p], var[p]) for p in (torch.randperm(12, generator=g)
+                                                       for _ in range(3000))]
+    assert exact == pytest.approx(float(np.mean(estimates)), abs=3 * float(np.std(estimates)) / 50)
+
+
 def test_coverage_of_a_calibrated_gaussian_is_nominal():
     g = torch.Generator().manual_seed(3)
     mean = torch.randn(20000, 1, generator=g, dtype=torch.float64)

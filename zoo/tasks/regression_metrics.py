@@ -13,8 +13,10 @@ one Gaussian). All in float64.
   ``CRPS = (1/S) sum_s A(y - mu_s, var_s) - 1/(2 S^2) sum_{s,t} A(mu_s - mu_t, var_s + var_t)``
   with ``A(m, v) = m (2 Phi(m / sqrt v) - 1) + 2 sqrt v phi(m / sqrt v)``, i.e. ``E|X - y| -
   E|X - X'|/2``; for ``S = 1`` Gneiting & Raftery's Gaussian formula. The pairwise term costs
-  ``S^2`` per target: above ``PAIRWISE_COMPONENTS`` components it is taken over the first that
-  many, which for i.i.d. latent samples estimates the same expectation without bias.
+  ``S^2`` per target: above ``PAIRWISE_COMPONENTS`` components the pairs ``s != t`` are averaged
+  over the first that many (an unbiased estimate of their mean for i.i.d. latent samples) and
+  weighted ``1 - 1/S`` beside the exact diagonal ``s = t`` (weight ``1/S``); at most
+  ``PAIRWISE_COMPONENTS`` components the formula is exact.
 - Coverage of the central 50% / 90% interval: the mixture CDF at ``y`` lies in
   ``[(1 - q)/2, (1 + q)/2]``.
 """
@@ -61,16 +63,23 @@ def _a(m: Tensor, v: Tensor) -> Tensor:
 def crps(y: Tensor, mean: Tensor, var: Tensor) -> float:
     """Mean CRPS over targets and output dimensions (closed form for a Gaussian mixture)."""
     y, mean, var = y.double(), mean.double(), var.double()
-    first = _a(y - mean, var).mean(0)  # [N, dy]
-    flat_m = mean[:PAIRWISE_COMPONENTS].flatten(1)  # [S, N * dy]
+    first = _a(y - mean, var).mean(0).flatten()  # [N * dy]
+    S = mean.shape[0]
+    diagonal = _a(torch.zeros_like(var), 2 * var).mean(0).flatten()
+    flat_m = mean[:PAIRWISE_COMPONENTS].flatten(1)  # [k, N * dy]
     flat_v = var[:PAIRWISE_COMPONENTS].flatten(1)
-    s = flat_m.shape[0]
-    chunk = max(1, PAIR_BUDGET // (s * s))
-    second = torch.cat([
-        _a(flat_m[:, None, i:i + chunk] - flat_m[None, :, i:i + chunk],
-           flat_v[:, None, i:i + chunk] + flat_v[None, :, i:i + chunk]).mean((0, 1))
-        for i in range(0, flat_m.shape[1], chunk)])
-    return float((first.flatten() - 0.5 * second).mean())
+    k = flat_m.shape[0]
+    off = torch.zeros_like(first)
+    if k > 1:
+        chunk = max(1, PAIR_BUDGET // (k * k))
+        pairs = torch.cat([
+            _a(flat_m[:, None, i:i + chunk] - flat_m[None, :, i:i + chunk],
+               flat_v[:, None, i:i + chunk] + flat_v[None, :, i:i + chunk]).sum((0, 1))
+            for i in range(0, flat_m.shape[1], chunk)])
+        own = _a(torch.zeros_like(flat_v), 2 * flat_v).sum(0)
+        off = (pairs - own) / (k * (k - 1))
+    second = diagonal / S + (1 - 1 / S) * off
+    return float((first - 0.5 * second).mean())
 
 
 def coverage(y: Tensor, mean: Tensor, var: Tensor, level: float) -> float:
