@@ -20,7 +20,6 @@ from zoo.backbones import Backbone
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
 from zoo.hparams import Configurable, HParam
-from zoo.jitter import JitterPolicy
 from zoo.kernels import Kernel
 
 
@@ -59,7 +58,6 @@ class Method(Configurable, nn.Module):
         super().__init__()
         self.backbone, self.kernel, self.way = backbone, kernel, way
         self.hparams = resolve_hparams(type(self), hparams)
-        self.jitter = JitterPolicy()
 
     @abstractmethod
     def meta_loss(self, episode: Episode) -> Tensor:
@@ -75,8 +73,9 @@ class Method(Configurable, nn.Module):
                  "lr": self.hparams["lr"]}]
 
     def counters(self) -> dict[str, int]:
-        """Numerical events to report with results (e.g. how often jitter was needed)."""
-        return {"jitter": self.jitter.uses}
+        """Numerical events to report with results (the latent-Gaussian family: how often jitter
+        was needed)."""
+        return {}
 
     def features(self, x: Tensor) -> Tensor:
         return self.backbone(x)

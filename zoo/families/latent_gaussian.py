@@ -17,6 +17,7 @@ from torch import Tensor
 from zoo.episode import Episode
 from zoo.expectations import Estimator, FusedIntegrand, Integrand, build_estimator
 from zoo.hparams import HParam
+from zoo.jitter import JitterPolicy
 from zoo.method import Method, Prediction, draw_seed
 
 
@@ -40,7 +41,11 @@ class LatentGaussianMethod(Method):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.jitter = JitterPolicy()  # counted, reported with the results (counters)
         self.estimator()  # an unknown estimator or option fails here, before training
+
+    def counters(self) -> dict[str, int]:
+        return {"jitter": self.jitter.uses}
 
     def link(self, f: Tensor) -> Tensor:
         return softmax(f)
