@@ -5,10 +5,10 @@ of an exact (quadrature) expectation or a closed form."""
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from zoo.expectations import GaussHermiteEstimator, standard_normal_draws
 from zoo.gp import DTYPE
+from zoo.testing import exact_expected_log_softmax, softmax_marginals
 from zoo.variational import (
     SoftmaxLikelihood,
     expectation_from_moments,
@@ -20,28 +20,10 @@ from zoo.variational import (
 )
 
 
-def gauss_hermite_ell(onehot: Tensor, mean: Tensor, var: Tensor, nodes: int = 40) -> Tensor:
-    """``E[log softmax(f)_y]`` for ``f ~ N(mean, diag var)`` by the core's tensor-product
-    Gauss-Hermite rule (C <= 3; itself checked against closed forms in tests/test_expectations.py):
-    accurate to ~1e-12 and differentiable in ``mean`` and ``var``."""
-    rule = GaussHermiteEstimator(nodes=nodes).rule(mean.shape[-1])
-    return rule.expect(lambda f: (torch.log_softmax(f, -1) * onehot[..., None, :]).sum(-1),
-                       mean, var)
-
-
-
-def _marginals(N: int = 4, C: int = 3, seed: int = 1) -> tuple[Tensor, Tensor, Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    mean = torch.randn(N, C, generator=g, dtype=DTYPE)
-    var = 0.2 + torch.rand(N, C, generator=g, dtype=DTYPE)
-    onehot = torch.nn.functional.one_hot(torch.arange(N) % C, C).to(DTYPE)
-    return onehot, mean, var
-
-
 def test_expected_gradients_match_autograd_of_an_exact_expectation():
-    onehot, mean, var = _marginals()
+    onehot, mean, var = softmax_marginals()
     m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
-    exact = gauss_hermite_ell(onehot, m, v)
+    exact = exact_expected_log_softmax(onehot, m, v)
     dm, dv = torch.autograd.grad(exact.sum(), (m, v))
     est = SoftmaxLikelihood(onehot, standard_normal_draws(2**14, 3, seed=3)).expectations(mean, var)
     assert torch.allclose(est.ell, exact.detach(), atol=1e-4)
@@ -51,7 +33,7 @@ def test_expected_gradients_match_autograd_of_an_exact_expectation():
 
 
 def test_float32_draw_moments_agree_with_float64_log_softmax():
-    onehot, mean, var = _marginals(N=6, C=4)
+    onehot, mean, var = softmax_marginals(N=6, C=4)
     z = standard_normal_draws(256, 4, seed=5)
     lse, s, s2 = softmax_draw_moments(mean, var, z.float())
     f = mean[:, None, :] + var.sqrt()[:, None, :] * z
@@ -65,7 +47,7 @@ def test_float32_draw_moments_agree_with_float64_log_softmax():
 def test_draw_moments_backward_matches_autograd_of_the_plain_formula():
     """The hand-written backward (recomputes the per-draw softmax) against gradcheck in float64
     and against autograd through ``logsumexp``/``softmax`` with float32 draws."""
-    _, mean, var = _marginals(N=5, C=4, seed=2)
+    _, mean, var = softmax_marginals(N=5, C=4, seed=2)
     m, v = mean.clone().requires_grad_(), (0.2 + var).requires_grad_()
     z = standard_normal_draws(64, 4, seed=4)
     assert torch.autograd.gradcheck(lambda a, b: softmax_draw_moments(a, b, z), (m, v))
@@ -93,13 +75,13 @@ def test_softmax_hessian_diagonal_is_s_squared_minus_s():
 
 
 def test_mean_parameter_gradient_is_the_papers_not_the_public_codes():
-    onehot, mean, var = _marginals()
+    onehot, mean, var = softmax_marginals()
     mu1 = mean.clone().requires_grad_()
     mu2 = (var + mean**2).clone().requires_grad_()
-    ell = gauss_hermite_ell(onehot, mu1, mu2 - mu1**2)
+    ell = exact_expected_log_softmax(onehot, mu1, mu2 - mu1**2)
     d1, d2 = torch.autograd.grad(ell.sum(), (mu1, mu2))
     m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
-    g_m, g_v = torch.autograd.grad(gauss_hermite_ell(onehot, m, v).sum(), (m, v))
+    g_m, g_v = torch.autograd.grad(exact_expected_log_softmax(onehot, m, v).sum(), (m, v))
     ours = mean_parameter_gradient(mean, g_m, g_v)
     assert torch.allclose(ours[0], d1, atol=1e-10) and torch.allclose(ours[1], d2, atol=1e-10)
     public_code = g_m - 2 * g_m * g_v
@@ -121,7 +103,7 @@ def test_weighted_rule_draw_moments_and_backward_match_the_generic_path():
     """With a Gauss-Hermite rule (weights) the fused moments and their backward equal the
     estimator's generic weighted average and autograd through it, and the likelihood's
     expectations match autograd of the quadrature expected log-likelihood."""
-    onehot, mean, var = _marginals(N=3, C=3, seed=4)
+    onehot, mean, var = softmax_marginals(N=3, C=3, seed=4)
     rule = GaussHermiteEstimator(nodes=8).rule(3)
     m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: softmax_draw_moments(a, b, rule), (m, v))

@@ -13,7 +13,8 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
   selection value from the kind's own functions.
 
 Fixtures: :func:`toy_episode` (class-dependent images), :func:`tiny_episode` (four-feature
-vectors, float64), :func:`line_episode` (one feature); backbones :class:`IdentityBackbone` and
+vectors, float64), :func:`line_episode` (one feature), :func:`softmax_marginals` and the reference
+:func:`exact_expected_log_softmax`; backbones :class:`IdentityBackbone` and
 :class:`TanhBackbone`.
 """
 
@@ -64,6 +65,28 @@ def tiny_episode(seed: int = 0) -> Episode:
     qx = torch.randn(6, 4, generator=g, dtype=torch.float64)
     return Episode(sx, torch.tensor([0, 0, 1, 1]), qx, torch.tensor([0, 0, 0, 1, 1, 1]), way=2,
                    shot=2, info={"seed": 7})
+
+
+def softmax_marginals(N: int = 4, C: int = 3, seed: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    """One-hot labels ``[N, C]`` and Gaussian marginals (mean, variance ``[N, C]``, float64) for
+    tests of softmax expectations."""
+    g = torch.Generator().manual_seed(seed)
+    mean = torch.randn(N, C, generator=g, dtype=torch.float64)
+    var = 0.2 + torch.rand(N, C, generator=g, dtype=torch.float64)
+    onehot = torch.nn.functional.one_hot(torch.arange(N) % C, C).to(torch.float64)
+    return onehot, mean, var
+
+
+def exact_expected_log_softmax(onehot: Tensor, mean: Tensor, var: Tensor,
+                               nodes: int = 40) -> Tensor:
+    """``E[log softmax(f)_y]`` for ``f ~ N(mean, diag var)`` by the tensor-product Gauss-Hermite
+    rule (C <= 3; the rule is checked against closed forms in tests/test_expectations.py):
+    accurate to ~1e-12 and differentiable in ``mean`` and ``var``, a reference for estimators."""
+    from zoo.expectations import GaussHermiteEstimator
+
+    rule = GaussHermiteEstimator(nodes=nodes).rule(mean.shape[-1])
+    return rule.expect(lambda f: (torch.log_softmax(f, -1) * onehot[..., None, :]).sum(-1),
+                       mean, var)
 
 
 def line_episode() -> Episode:

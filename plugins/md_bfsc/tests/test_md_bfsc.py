@@ -13,11 +13,17 @@ from zoo_md_bfsc.method import MDBFSC
 
 from zoo.backbones import Backbone
 from zoo.errors import NumericalError
-from zoo.expectations import GaussHermiteEstimator, standard_normal_draws
+from zoo.expectations import standard_normal_draws
 from zoo.gp import DTYPE
 from zoo.kernels import RBFKernel
 from zoo.plugins import registry
-from zoo.testing import build_for_tests, check_method, toy_episode
+from zoo.testing import (
+    build_for_tests,
+    check_method,
+    exact_expected_log_softmax,
+    softmax_marginals,
+    toy_episode,
+)
 from zoo.variational import (
     Expectations,
     GaussianLikelihood,
@@ -33,15 +39,6 @@ def random_spd(C: int, n: int, seed: int = 0) -> Tensor:
     return A @ A.transpose(-1, -2) / n + 0.5 * torch.eye(n, dtype=DTYPE)
 
 
-def gauss_hermite_ell(onehot: Tensor, mean: Tensor, var: Tensor, nodes: int = 40) -> Tensor:
-    """``E[log softmax(f)_y]`` for ``f ~ N(mean, diag var)`` by the core's tensor-product
-    Gauss-Hermite rule (C <= 3; itself checked against closed forms in tests/test_expectations.py):
-    accurate to ~1e-12 and differentiable in ``mean`` and ``var``."""
-    rule = GaussHermiteEstimator(nodes=nodes).rule(mean.shape[-1])
-    return rule.expect(lambda f: (torch.log_softmax(f, -1) * onehot[..., None, :]).sum(-1),
-                       mean, var)
-
-
 class AutogradLikelihood:
     """A likelihood whose derivatives are autograd of its exact (quadrature) expectation."""
 
@@ -49,7 +46,7 @@ class AutogradLikelihood:
         self.onehot = onehot
 
     def ell(self, mean: Tensor, var: Tensor) -> Tensor:
-        return gauss_hermite_ell(self.onehot, mean, var, nodes=30)
+        return exact_expected_log_softmax(self.onehot, mean, var, nodes=30)
 
     def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
         with torch.enable_grad():
@@ -61,22 +58,15 @@ class AutogradLikelihood:
 
 # -- likelihood expectations -------------------------------------------------------------------
 
-def _marginals(N: int = 4, C: int = 3, seed: int = 1) -> tuple[Tensor, Tensor, Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    mean = torch.randn(N, C, generator=g, dtype=DTYPE)
-    var = 0.2 + torch.rand(N, C, generator=g, dtype=DTYPE)
-    onehot = torch.nn.functional.one_hot(torch.arange(N) % C, C).to(DTYPE)
-    return onehot, mean, var
-
 
 def test_estimator_error_at_the_default_draws_is_below_the_authors_monte_carlo():
     """RMSE of (g_m, g_v) against tensor Gauss-Hermite quadrature (exact to ~1e-12), over 8
     seeds: MD-BFSC's estimator (256 antithetic Sobol draws, float32) is more accurate than the
     authors' 10,000 plain Monte Carlo draws, and within 1e-3."""
-    onehot, mean, var = _marginals(N=12, C=3, seed=6)
+    onehot, mean, var = softmax_marginals(N=12, C=3, seed=6)
     var = 0.3 + 1.5 * var  # spread like test-point marginals
     m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
-    dm, dv = torch.autograd.grad(gauss_hermite_ell(onehot, m, v).sum(), (m, v))
+    dm, dv = torch.autograd.grad(exact_expected_log_softmax(onehot, m, v).sum(), (m, v))
     exact = torch.cat([dm.flatten(), dv.flatten()])
 
     def rmse(samples: int, method: str) -> float:
