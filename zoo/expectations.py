@@ -123,32 +123,35 @@ def _positive(name: str, key: str, value: int) -> None:
 
 
 @dataclass(frozen=True)
-class SobolEstimator(Estimator):
-    """Antithetic scrambled Sobol points, ``samples`` of them."""
+class _Sampled(Estimator):
+    """``samples`` standard-normal draws of the kind ``draws`` names (see
+    :func:`standard_normal_draws`), equally weighted."""
 
-    name: ClassVar[str] = "sobol"
+    draws: ClassVar[str]
     samples: int = 256
 
     def __post_init__(self) -> None:
         _positive(self.name, "samples", self.samples)
 
     def rule(self, dim: int, *, seed: int = 0, device: torch.device | str | None = None) -> Rule:
-        return Rule(standard_normal_draws(self.samples, dim, method="sobol", seed=seed,
+        return Rule(standard_normal_draws(self.samples, dim, method=self.draws, seed=seed,
                                           device=device))
 
 
 @dataclass(frozen=True)
-class MonteCarloEstimator(Estimator):
+class SobolEstimator(_Sampled):
+    """Antithetic scrambled Sobol points, ``samples`` of them."""
+
+    name: ClassVar[str] = "sobol"
+    draws: ClassVar[str] = "sobol"
+
+
+@dataclass(frozen=True)
+class MonteCarloEstimator(_Sampled):
     """Plain Monte Carlo with ``samples`` pseudo-random draws; reports the standard error."""
 
     name: ClassVar[str] = "mc"
-    samples: int = 256
-
-    def __post_init__(self) -> None:
-        _positive(self.name, "samples", self.samples)
-
-    def rule(self, dim: int, *, seed: int = 0, device: torch.device | str | None = None) -> Rule:
-        return Rule(standard_normal_draws(self.samples, dim, method="mc", seed=seed, device=device))
+    draws: ClassVar[str] = "mc"
 
     def expect(self, g: Integrand | FusedIntegrand, mean: Tensor, var: Tensor, *,
                seed: int = 0) -> Estimate:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from torch import nn
 
 from zoo.errors import EpisodeError, ZooError
@@ -142,9 +143,16 @@ class Task(ABC):
                            f"is not a {self.method_base.__module__}.{self.method_base.__name__}; "
                            "derive from that class")
 
-    @abstractmethod
     def build(self, cls: type, cell: Any, dataset: Any, registry: Any) -> nn.Module:
-        """An untrained method of class ``cls`` for ``cell`` on ``dataset``."""
+        """An untrained method of class ``cls`` for ``cell`` on ``dataset``, its parameters drawn
+        from the cell's seed (the global RNG stream is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cell.seed)
+            return cls(**self.data_shape(dataset), **cell.hparams)
+
+    def data_shape(self, dataset: Any) -> dict[str, Any]:
+        """What a method of this kind is built with besides its hyper-parameters (dimensions)."""
+        return {}
 
     @abstractmethod
     def episodes(self, dataset: Any, split: str, shape: Shape, seed: int,

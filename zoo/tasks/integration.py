@@ -133,10 +133,8 @@ class Integration(Task):
                                f"({train_data.name}) and cannot be scored in dimension "
                                f"{test_data.dim} ({test_data.name})")
 
-    def build(self, cls: type, cell: Any, dataset: IntegrandFamily, registry: Any) -> TaskMethod:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cell.seed)
-            return cls(dim=dataset.dim, **cell.hparams)
+    def data_shape(self, dataset: IntegrandFamily) -> dict[str, Any]:
+        return {"dim": dataset.dim}
 
     def episodes(self, dataset: IntegrandFamily, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:

@@ -158,10 +158,8 @@ class Regression(Task):
                                f"-> {train_data.y_dim} dims) and cannot be scored on "
                                f"{test_data.name!r} ({test_data.x_dim} -> {test_data.y_dim})")
 
-    def build(self, cls: type, cell: Any, dataset: FunctionFamily, registry: Any) -> TaskMethod:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cell.seed)
-            return cls(x_dim=dataset.x_dim, y_dim=dataset.y_dim, **cell.hparams)
+    def data_shape(self, dataset: FunctionFamily) -> dict[str, Any]:
+        return {"x_dim": dataset.x_dim, "y_dim": dataset.y_dim}
 
     def episodes(self, dataset: FunctionFamily, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:

@@ -133,10 +133,8 @@ class Sequential(Task):
                            f"{', '.join(missing)}; a stream method implements init(), "
                            "update(state, x, y) and predict(state, x)")
 
-    def build(self, cls: type, cell: Any, dataset: StreamData, registry: Any) -> TaskMethod:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cell.seed)
-            return cls(dim=dataset.dim, classes=dataset.classes, **cell.hparams)
+    def data_shape(self, dataset: StreamData) -> dict[str, Any]:
+        return {"dim": dataset.dim, "classes": dataset.classes}
 
     def episodes(self, dataset: StreamData, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
