@@ -86,3 +86,16 @@ def test_gp_meta_loss_is_the_exact_joint_predictive_nll():
     with torch.no_grad():
         lmlhd = TASK.score(gp.predict(episode), episode)["lmlhd"]
     assert lmlhd == pytest.approx(-loss, abs=0.3)  # MC estimate of the same joint likelihood
+
+
+def test_a_pool_of_training_functions_is_revisited_with_fresh_orders_and_contexts():
+    family, shape = load_sinusoid(), {"train_targets": 16, "train_max_context": 15,
+                                      "train_tasks": 4}
+    get = TASK.episodes(family, "train", shape, 0, training=True)
+    a, b = get(1), get(5)
+    assert a.info["task"] == b.info["task"] == 1 and a.info["order"] != b.info["order"]
+    canonical = [e.target_y[torch.argsort(torch.tensor(e.info["order"]))] for e in (a, b)]
+    assert torch.equal(*canonical)  # the same function's points at every visit
+    assert torch.equal(a.context_y, a.target_y[:a.info["context"]])
+    assert len({len(get(i).context_y) for i in range(1, 80, 4)}) > 3
+    assert "train_tasks" not in TASK.shapes(Regression.settings | {"train_tasks": 0})[0]

@@ -5,7 +5,13 @@ neural-process literature: GMM-NP, Volpp et al. 2023, A.3.3).
 A test task is a pure function of (seed, family, split, number of targets, index): the same task
 at every context size, whose context is its first ``context`` points, so scores pair across
 context sizes and methods. A training (or validation) episode has ``train_targets`` points and a
-context size drawn uniformly from ``0..train_max_context`` by the same seeded generator.
+context size drawn uniformly from ``0..train_max_context`` by the same seeded generator. By
+default every training episode is a new function; ``train_tasks = L > 0`` trains on a fixed pool
+of ``L`` functions instead (GMM-NP's protocol: 64 tasks of 16 points, Volpp et al. 2023, A.3.2):
+episode ``i`` is function ``i mod L`` (``info["task"]``) with its points in a fresh order
+(``info["order"]``: target ``j`` is the function's point ``order[j]``) and a fresh context size, so a
+method may keep state per function (GMM-NP's per-subtask posteriors) and an amortised one sees new
+context sets at every visit.
 
 A method derives from :class:`RegressionMethod`: ``meta_loss(episode)`` and
 ``predict(episode) -> RegressionPrediction`` (``S`` latent samples of per-target Gaussian means and
@@ -112,6 +118,22 @@ def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, ind
                                    "seed": s, "context": context, "function": params})
 
 
+def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,
+                       pool: int, max_context: int) -> RegressionEpisode:
+    """Episode ``index`` of a fixed pool of ``pool`` functions: function ``index mod pool`` (the
+    same points at every visit) in an order and with a context size drawn for this episode."""
+    task = sample_task(family, split, seed, targets, index % pool, 0)
+    s = task_seed(seed, family.name, f"{split}-visit", targets, index)
+    g = torch.Generator().manual_seed(s)
+    order = torch.randperm(targets, generator=g)
+    context = int(torch.randint(0, max_context + 1, (), generator=g))
+    x, y = task.target_x[order.to(task.target_x.device)], task.target_y[order.to(
+        task.target_y.device)]
+    return RegressionEpisode(x[:context], y[:context], x, y,
+                             info=task.info | {"index": int(index), "seed": s, "context": context,
+                                               "task": index % pool, "order": order.tolist()})
+
+
 class Regression(Task):
     """Meta-regression: context/target sets of functions from a family; LMLHD, MSE, CRPS."""
 
@@ -122,8 +144,8 @@ class Regression(Task):
     data_example = "sinusoid or gp-rbf"
     settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
                                           "train_targets": 16, "train_max_context": 15,
-                                          "train_datasets": ["sinusoid"]}
-    train_keys = ("train_targets", "train_max_context")
+                                          "train_tasks": 0, "train_datasets": ["sinusoid"]}
+    train_keys = ("train_targets", "train_max_context", "train_tasks")
     column_keys = ("targets", "context")
     selection_key = "val_lmlhd"
     headline = "lmlhd"
@@ -146,8 +168,12 @@ class Regression(Task):
         if not 0 <= int(s["train_max_context"]) <= int(s["train_targets"]):
             raise ZooError(f"train_max_context = {s['train_max_context']} must be within "
                            f"0..train_targets = {s['train_targets']}")
+        if int(s["train_tasks"]) < 0:
+            raise ZooError(f"train_tasks = {s['train_tasks']} must be >= 0 (0: a new function "
+                           "every training episode; L > 0: a fixed pool of L functions)")
+        pool = {"train_tasks": int(s["train_tasks"])} if int(s["train_tasks"]) else {}
         return [{"context": int(c), "targets": targets, "train_targets": int(s["train_targets"]),
-                 "train_max_context": int(s["train_max_context"])} for c in sizes]
+                 "train_max_context": int(s["train_max_context"])} | pool for c in sizes]
 
     def label(self, shape: Shape) -> str:
         return f"ctx {shape['context']}/{shape['targets']}"
@@ -165,6 +191,9 @@ class Regression(Task):
                  training: bool) -> GetEpisode:
         if split in ("train", "val"):
             n, most = shape["train_targets"], shape["train_max_context"]
+            pool = int(shape.get("train_tasks", 0))
+            if split == "train" and pool:
+                return lambda i: sample_pooled_task(dataset, split, seed, n, i, pool, most)
             return lambda i: sample_task(dataset, split, seed, n, i, None, most)
         return lambda i: sample_task(dataset, split, seed, shape["targets"], i, shape["context"])
 
