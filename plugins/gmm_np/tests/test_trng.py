@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 from torch.distributions import MixtureSameFamily, MultivariateNormal, kl_divergence
-
 from zoo_gmm_np import trng
 from zoo_gmm_np.gmm import GMM
 
@@ -58,7 +57,7 @@ def test_exact_moments_with_eta_contract_natural_parameters_at_rate_eta_over_eta
 
 
 def test_stein_estimates_converge_to_minus_p_and_its_gradient_at_root_s():
-    d, p, m = 2, spd(2, 2), torch.tensor([1.0, 0.5], dtype=D)
+    p, m = spd(2, 2), torch.tensor([1.0, 0.5], dtype=D)
     q = single(torch.tensor([0.2, -0.3], dtype=D), spd(2, 3, 0.5))
     exact_r = -p @ (q.mean[0, 0] - m)
     errors = {}
