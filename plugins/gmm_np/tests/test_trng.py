@@ -190,3 +190,14 @@ def test_steps_batched_over_tasks_equal_a_loop_over_tasks():
             for a, b in ((alone.log_w, batched.log_w), (alone.mean, batched.mean),
                          (alone.prec, batched.prec)):
                 torch.testing.assert_close(a[0], b[i])
+
+
+def test_the_analytic_mixture_score_is_the_autograd_gradient_of_its_log_density():
+    torch.manual_seed(4)
+    q = GMM(torch.log_softmax(torch.randn(3, 4, dtype=D), -1), torch.randn(3, 4, 2, dtype=D),
+            torch.stack([torch.stack([spd(2, 10 * i + k) for k in range(4)]) for i in range(3)]))
+    z = torch.randn(5, 3, 2, dtype=D, requires_grad=True)
+    value, score = q.log_prob_and_score(z.detach())
+    (grad,) = torch.autograd.grad(q.mixture.log_prob(z).sum(), z)
+    torch.testing.assert_close(value, q.mixture.log_prob(z).detach())
+    torch.testing.assert_close(score, grad)

@@ -9,6 +9,7 @@ came from, task) so that the mixture density broadcasts over the components it i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -58,6 +59,23 @@ class GMM:
     def log_prob(self, z: Tensor) -> Tensor:
         """``log q(z)`` of every task's mixture at ``z [..., T, d]``: ``[..., T]``."""
         return self.mixture.log_prob(z)
+
+    def log_prob_and_score(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """``log q(z)`` and its gradient ``-sum_k q(k|z) Lambda_k (z - mu_k)`` at ``z [..., T, d]``
+        (``[..., T]``, ``[..., T, d]``), without autograd: the TRNG step needs the gradient of
+        the mixture at every draw. Both come from one product ``Lambda_k (z - mu_k)``, so the
+        component densities are written out here (the tests check them against
+        :attr:`mixture`'s ``log_prob``)."""
+        diff = z[..., None, :] - self.mean  # [..., T, K, d]
+        pulled = torch.einsum("...kij,...kj->...ki", self.prec, diff)  # a batched matmul
+        log_det = 2 * torch.log(torch.diagonal(torch.linalg.cholesky(self.prec), dim1=-2,
+                                               dim2=-1)).sum(-1)
+        d = z.shape[-1]
+        joint = (torch.log_softmax(self.log_w, -1) + 0.5 * (log_det - d * math.log(2 * math.pi))
+                 - 0.5 * (diff * pulled).sum(-1))
+        total = torch.logsumexp(joint, -1)
+        resp = torch.exp(joint - total[..., None])
+        return total, -(resp[..., None] * pulled).sum(-2)
 
     def select(self, index: Tensor | slice) -> GMM:
         return GMM(self.log_w[index], self.mean[index], self.prec[index])

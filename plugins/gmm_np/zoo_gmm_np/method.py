@@ -141,12 +141,9 @@ class GMMNP(RegressionMethod):
         dist = torch.distributions.Normal(self.decode(x, z), self.noise_std, validate_args=False)
         return (dist.log_prob(y).sum(-1) * mask).sum(-1)
 
-    def log_target(self, x: Tensor, y: Tensor, mask: Tensor, prior: GMM | None = None
-                   ) -> trng.LogTarget:
-        """``log p~(z) = log p(y | x, z) + log prior(z)`` for ``z [S, K, T, d]`` (the prior
-        defaults to ``p(z)``)."""
-        prior_mixture = (prior or self.prior()).mixture
-        return lambda z: self.log_likelihood(x, y, mask, z).to(z.dtype) + prior_mixture.log_prob(z)
+    def log_target(self, x: Tensor, y: Tensor, mask: Tensor) -> trng.LogTarget:
+        """``log p(y | x, z)`` for ``z [S, K, T, d]``: the part of ``log p~`` besides the prior."""
+        return lambda z: self.log_likelihood(x, y, mask, z).to(z.dtype)
 
     # -- inference -------------------------------------------------------------------------------
 
@@ -160,7 +157,8 @@ class GMMNP(RegressionMethod):
         start = (prior or self.prior()).select(slice(0, 1))
         start = GMM(start.log_w.expand(len(x), -1), start.mean.expand(len(x), -1, -1),
                     start.prec.expand(len(x), -1, -1, -1))
-        gmm, failures = trng.fit(start, self.log_target(x, y, mask, prior), self.trng, steps)
+        gmm, failures = trng.fit(start, self.log_target(x, y, mask), self.trng, steps,
+                                 prior or self.prior())
         if failures:
             log.debug("%s: %d component steps failed while fitting %d tasks", self.name,
                       failures, len(x))
@@ -199,9 +197,9 @@ class GMMNP(RegressionMethod):
         gmm = self.posteriors.get(key) if key else None
         if gmm is None:
             gmm = self.prior(len(mask))
-        target = self.log_target(xs, ys, mask)
+        target, prior = self.log_target(xs, ys, mask), self.prior()
         for _ in range(self.hparams["train_trng_steps"]):
-            gmm, info = trng.step(gmm, target, self.trng)
+            gmm, info = trng.step(gmm, target, self.trng, prior=prior)
             self.steps += info.failed.numel()
             self.failures += int(info.failed.sum())
         if key:

@@ -51,7 +51,8 @@ MIN_EIGENVALUE = 1e-8
 """A candidate precision is positive definite if its whitened eigenvalues exceed this."""
 
 LogTarget = Callable[[Tensor], Tensor]
-"""``log p~``: ``z [S, K, T, d] -> [S, K, T]``, differentiable in ``z``."""
+"""``z [S, K, T, d] -> [S, K, T]``, differentiable in ``z``: ``log p~``, or its part other than a
+Gaussian-mixture prior passed beside it (whose density and gradient are then analytic)."""
 
 
 @dataclass(frozen=True)
@@ -153,12 +154,12 @@ def weight_step(log_w: Tensor, rho: Tensor, step: float = 1.0) -> Tensor:
     return torch.log_softmax(log_w + step * rho, dim=-1)
 
 
-def estimate(gmm: GMM, log_target: LogTarget, per_component: int, noise: Tensor | None = None
-             ) -> tuple[Tensor, Tensor, Tensor]:
+def estimate(gmm: GMM, log_target: LogTarget, per_component: int, noise: Tensor | None = None,
+             prior: GMM | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Monte Carlo moments of Eq. 12 from ``per_component`` draws of every component:
     ``R [T, K, d, d]`` (h-form: Stein estimate for the reward minus ``Lambda``), ``r [T, K, d]``
-    and ``rho [T, K]``. ``noise [S, K, T, d]``: standard-normal draws to use instead of fresh ones
-    from the global generator."""
+    and ``rho [T, K]``, for ``log p~ = log_target + log prior``. ``noise [S, K, T, d]``:
+    standard-normal draws to use instead of fresh ones from the global generator."""
     if noise is None:
         z = gmm.sample_components(per_component)
     else:  # the reparameterisation MultivariateNormal.rsample uses, with given draws
@@ -166,19 +167,24 @@ def estimate(gmm: GMM, log_target: LogTarget, per_component: int, noise: Tensor 
         z = z.movedim(1, 2)
     z = z.detach().requires_grad_(True)
     with torch.enable_grad():
-        reward = log_target(z) - gmm.log_prob(z)  # [S, K, T]
-        (grad,) = torch.autograd.grad(reward.sum(), z)
+        value = log_target(z)  # [S, K, T]
+        (grad,) = torch.autograd.grad(value.sum(), z)
+    log_q, score_q = gmm.log_prob_and_score(z.detach())
+    reward, grad = value.detach() - log_q, grad - score_q
+    if prior is not None:
+        log_prior, score_prior = prior.log_prob_and_score(z.detach())
+        reward, grad = reward + log_prior, grad + score_prior
     z, grad = z.detach().movedim(1, 2), grad.movedim(1, 2)  # [S, T, K, d]
     hess = stein_hessian(z, gmm.mean, gmm.prec, grad) - gmm.prec
-    return hess, grad.mean(0), reward.detach().mean(0).T
+    return hess, grad.mean(0), reward.mean(0).T
 
 
-def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | None = None
-         ) -> tuple[GMM, StepInfo]:
-    """One TRNG (or direct natural-gradient) step on every task's mixture at once (``noise``:
-    as in :func:`estimate`)."""
+def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | None = None,
+         prior: GMM | None = None) -> tuple[GMM, StepInfo]:
+    """One TRNG (or direct natural-gradient) step on every task's mixture at once (``noise``,
+    ``prior``: as in :func:`estimate`)."""
     k = gmm.log_w.shape[-1]
-    hess, grad, rho = estimate(gmm, log_target, max(1, config.samples // k), noise)
+    hess, grad, rho = estimate(gmm, log_target, max(1, config.samples // k), noise, prior)
     if config.diagonal:
         hess = torch.diag_embed(torch.diagonal(hess, dim1=-2, dim2=-1))
     kl = StepKL(gmm.prec, hess, grad)
@@ -196,10 +202,11 @@ def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | No
                                                torch.zeros_like(eta)))
 
 
-def fit(gmm: GMM, log_target: LogTarget, config: TRNGConfig, steps: int) -> tuple[GMM, int]:
+def fit(gmm: GMM, log_target: LogTarget, config: TRNGConfig, steps: int,
+        prior: GMM | None = None) -> tuple[GMM, int]:
     """``steps`` TRNG steps from ``gmm``; the mixtures and the number of failed component steps."""
     failures = 0
     for _ in range(steps):
-        gmm, info = step(gmm, log_target, config)
+        gmm, info = step(gmm, log_target, config, prior=prior)
         failures += int(info.failed.sum())
     return gmm, failures
