@@ -26,7 +26,8 @@ latent variable offer the same two):
   ``T`` tasks fitted together (test-time inference, batched);
 - ``bounds(episode, samples=1024) -> Bounds(elbo, iw)``: the ELBO and the importance-weighted
   bound of ``log p(target_y | target_x, context) = log E_{q(z|context)} prod_n p(y_n | x_n, z)``
-  with proposal ``q(z|targets)``; ``iw - elbo`` is the paper's ELBO looseness (A.3.3).
+  with proposal ``q(z|targets)`` (both floats, same draws); ``iw - elbo`` is the paper's ELBO
+  looseness (A.3.3).
 
 Ablations are hyper-parameters (:data:`VARIANTS`): ``covariance = "diag"``, ``components = 1``,
 ``update = "direct"`` (iBayes-GMM).
@@ -230,9 +231,10 @@ class GMMNP(RegressionMethod):
         return RegressionPrediction(mean, var)
 
     def bounds(self, episode: RegressionEpisode, samples: int = 1024) -> Bounds:
-        """ELBO and importance-weighted bound of ``log E_{q(z|context)} p(targets | z)`` with
-        proposal ``q(z|targets)`` fitted to all targets; ``iw >= elbo`` and ``iw - elbo``
-        estimates ``KL(q(z|targets) || posterior)`` (the paper's ELBO looseness)."""
+        """ELBO and importance-weighted bound of ``log E_{q(z|context)} p(targets | z)``, the
+        proposal ``q(z|targets)`` fitted by TRNG to ``p(targets | z) q(z|context)`` (with an
+        empty context ``q(z|context) = p(z)``); ``iw >= elbo`` and ``iw - elbo`` estimates
+        ``KL(q(z|targets) || posterior)`` (the paper's ELBO looseness, A.3.3)."""
         x, y = episode.target_x, episode.target_y
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(draw_seed(episode, BOUNDS_SALT))
