@@ -149,3 +149,17 @@ def test_subtasks_cycle_through_every_size():
 @pytest.mark.slow  # ~10 s: the paper's 1000 test-time TRNG steps
 def test_gmm_np_conforms_to_the_regression_task_kind():
     check_task("regression", "gmm-np", "sinusoid", context_sizes=[4])
+
+
+def test_a_masked_point_is_not_observed_so_padded_contexts_can_be_fitted_together():
+    m = GMMNP(x_dim=1, y_dim=1, test_trng_steps=3, trng_samples=16)
+    x, y = torch.randn(2, 5, 1), torch.randn(2, 5, 1)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    torch.manual_seed(0)
+    padded = m.fit(x, y, mask)
+    torch.manual_seed(0)
+    alone = m.fit(x[:, :3], y[:, :3])
+    torch.manual_seed(0)
+    full = m.fit(x, y)
+    torch.testing.assert_close(padded.select(slice(0, 1)).mean, alone.select(slice(0, 1)).mean)
+    torch.testing.assert_close(padded.select(slice(1, 2)).mean, full.select(slice(1, 2)).mean)
