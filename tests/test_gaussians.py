@@ -64,6 +64,9 @@ def test_closed_forms_match_torch_distributions(family):
     assert torch.allclose(q.entropy(), ref.entropy(), atol=1e-10)
     assert torch.allclose(q.variance(), torch.diagonal(q.covariance(), dim1=-2, dim2=-1))
     assert torch.allclose(q.precision() @ q.covariance(), torch.eye(P, dtype=DT), atol=1e-10)
+    V = torch.randn(*BATCH, 4, P, generator=torch.Generator().manual_seed(2), dtype=DT)
+    ref_var = torch.diagonal(V @ q.covariance() @ V.mT, dim1=-2, dim2=-1)
+    assert torch.allclose(q.projected_variance(V), ref_var, atol=1e-10)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

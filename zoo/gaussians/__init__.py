@@ -19,6 +19,7 @@ Families (each a :class:`Gaussian` over ``[..., P]``, leading axes a batch):
 Every family has: ``mean``, ``dim``, ``batch_shape``, ``noise_dim``, ``transform(z)``
 (reparameterised sample from standard normals ``[..., noise_dim]``), ``sample(n, generator=)``,
 ``log_prob(x)``, ``entropy()``, ``logdet_cov()``, ``precision_quadratic(d)``, ``variance()``,
+``projected_variance(V)`` (``diag(V Sigma V^T)``),
 ``covariance()`` / ``precision()`` (dense), ``trace_precision_times(q)``, ``kl(p)``,
 ``natural()`` (``eta1 = Lambda mean`` first, then ``eta2 = -Lambda / 2`` in the family's form:
 dense, vector, ``(diag, factor)`` or ``(A^-1, B^-1)``), ``from_natural(*natural())``,

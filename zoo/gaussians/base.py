@@ -6,6 +6,7 @@ the base derives the rest in closed form:
 * ``logdet_cov()``: ``log |Sigma|``;
 * ``precision_quadratic(d)``: ``d^T Sigma^-1 d``;
 * ``variance()``: ``diag Sigma``; ``covariance()`` / ``precision()``: dense, for small sizes;
+* ``projected_variance(V)``: ``diag(V Sigma V^T)`` (dense by default, closed forms per family);
 * ``trace_precision_times(q)``: ``tr(Sigma^-1 Sigma_q)``, in closed form for a member of the same
   family (and by the diagonal of ``Sigma_q`` when ``self`` is diagonal), densely otherwise.
 
@@ -67,6 +68,12 @@ class Gaussian(ABC):
     @abstractmethod
     def precision(self) -> Tensor:
         """Dense ``Sigma^-1`` ``[*batch, P, P]``."""
+
+    def projected_variance(self, V: Tensor) -> Tensor:
+        """``diag(V Sigma V^T)`` ``[..., K]`` for rows ``V [..., K, P]``: the variances of the
+        linear functionals ``v_k^T x`` (predictive variances ``diag(H Sigma H^T)``); this dense
+        fallback is overridden by closed forms."""
+        return ((V @ self.covariance()) * V).sum(-1)
 
     def trace_precision_times(self, q: Gaussian) -> Tensor:
         """``tr(Sigma^-1 Sigma_q)``; this dense fallback is overridden by closed forms."""

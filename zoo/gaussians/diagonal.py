@@ -46,6 +46,9 @@ class DiagonalGaussian(Gaussian):
     def variance(self) -> Tensor:
         return self.var
 
+    def projected_variance(self, V: Tensor) -> Tensor:
+        return (V.pow(2) * self.var[..., None, :]).sum(-1)
+
     def covariance(self) -> Tensor:
         return torch.diag_embed(self.var)
 

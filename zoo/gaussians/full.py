@@ -99,6 +99,12 @@ class FullGaussian(Gaussian):
     def variance(self) -> Tensor:
         return self.scale().pow(2).sum(-1)
 
+    def projected_variance(self, V: Tensor) -> Tensor:
+        """``||V S||^2`` row-wise; in natural form ``||U^-1 V^T||^2`` column-wise."""
+        if self.parameterisation == "moment":
+            return (V @ self.tril).pow(2).sum(-1)
+        return torch.linalg.solve_triangular(self.tril, V.mT, upper=False).pow(2).sum(-2)
+
     def covariance(self) -> Tensor:
         if self.parameterisation == "moment":
             return self.tril @ self.tril.mT

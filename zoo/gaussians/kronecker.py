@@ -81,6 +81,12 @@ class KroneckerGaussian(Gaussian):
         b = self.col_tril.pow(2).sum(-1)
         return (a[..., :, None] * b[..., None, :]).flatten(-2)
 
+    def projected_variance(self, V: Tensor) -> Tensor:
+        """``v^T (A (x) B) v = ||L_A^T V_k L_B||_F^2`` for ``V_k`` the matrix view of row ``k``."""
+        Vk = V.unflatten(-1, tuple(self.shape))
+        return (self.row_tril.mT[..., None, :, :] @ Vk @ self.col_tril[..., None, :, :]
+                ).pow(2).sum((-2, -1))
+
     def covariance(self) -> Tensor:
         _, A, B = self.moments()
         return kron(A, B)

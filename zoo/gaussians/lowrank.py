@@ -66,6 +66,9 @@ class LowRankPrecisionGaussian(Gaussian):
                                           upper=False)
         return 1 / self.diag - B.pow(2).sum(-2)
 
+    def projected_variance(self, V: Tensor) -> Tensor:
+        return (V.mT * self.solve_precision(V.mT)).sum(-2)
+
     def covariance(self) -> Tensor:
         return self.solve_precision(torch.diag_embed(torch.ones_like(self.diag)))
 
