@@ -23,6 +23,7 @@ Feature Transfer (``"pretrain"``; Chen et al., ICLR 2019), with the VI only at t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -79,6 +80,15 @@ class AdamAscent:
 
 
 INNER_OPTIMIZERS = {"adam": AdamAscent, "sgd": Ascent}
+
+
+LogLikelihood = Callable[[Tensor, Tensor], Tensor]
+
+
+def categorical_log_likelihood(logits: Tensor, y: Tensor) -> Tensor:
+    """``log softmax(f)_y`` ``[S, b]`` for logits ``[S, b, C]`` and labels ``[b]``."""
+    log_p = torch.log_softmax(logits, -1)
+    return log_p.gather(-1, y.expand(*logits.shape[:-1])[..., None])[..., 0]
 
 
 def support_batches(n: int, batch_size: int, generator: torch.Generator) -> list[Tensor]:
@@ -165,9 +175,12 @@ class BayesLastLayer(LastLayerMethod):
         return DiagonalGaussian(torch.zeros_like(var), var)
 
     def fit(self, phi: Tensor, y: Tensor, episode: Episode, *, steps: int, samples: int,
-            create_graph: bool) -> tuple[Gaussian, list[float]]:
+            create_graph: bool, log_likelihood: LogLikelihood = categorical_log_likelihood,
+            ) -> tuple[Gaussian, list[float]]:
         """``steps`` ascent steps on the scaled ELBO from the start (fresh weight draws each
-        step); the belief and the ELBO per support point before each step."""
+        step); the belief and the ELBO per support point before each step. ``log_likelihood``
+        maps logits ``[S, b, C]`` and targets to ``[S, b]`` (the categorical one; tests pass a
+        Gaussian one for the conjugate limit)."""
         h, way = self.hparams, episode.way
         scale = (0.5 * self.prior_log_var).exp()
         prior = self.prior(way)
@@ -179,7 +192,7 @@ class BayesLastLayer(LastLayerMethod):
         for step in range(steps):
             q = build(h["family"], params, scale)
             index = batches[step % len(batches)].to(phi.device)
-            ell = self.expected_log_likelihood(q, phi[index], y[index], episode,
+            ell = self.expected_log_likelihood(q, phi[index], y[index], episode, log_likelihood,
                                                salt=16 + step, samples=samples)
             kl = kl_divergence(q, prior)
             objective = scaled_elbo(ell, kl, len(y), len(batches), h["elbo_scaling"])
@@ -188,13 +201,13 @@ class BayesLastLayer(LastLayerMethod):
             trace.append((len(batches) * ell.sum() - kl).item() / len(y))
         return build(h["family"], params, scale), trace
 
-    def expected_log_likelihood(self, q: Gaussian, phi: Tensor, y: Tensor, episode: Episode, *,
+    def expected_log_likelihood(self, q: Gaussian, phi: Tensor, y: Tensor, episode: Episode,
+                                log_likelihood: LogLikelihood = categorical_log_likelihood, *,
                                 salt: int, samples: int) -> Tensor:
-        """``E_q[log softmax(W phi_i)_{y_i}]`` ``[b]`` by the estimator's reparameterised draws."""
+        """``E_q[log p(y_i | W phi_i)]`` ``[b]`` by the estimator's reparameterised draws."""
         rule = self.weight_rule(q, episode, salt=salt, samples=samples)
         W = weight_samples(q, episode.way, rule.points)
-        log_p = torch.log_softmax(phi @ W.mT, -1)                     # [S, b, C]
-        return rule.average(log_p.gather(-1, y.expand(len(W), -1)[..., None])[..., 0], 0)
+        return rule.average(log_likelihood(phi @ W.mT, y), 0)
 
     def posterior(self, phi: Tensor, episode: Episode) -> tuple[Gaussian, list[float]]:
         """The belief after ``steps_test`` inner steps on the support features ``phi``, and the
