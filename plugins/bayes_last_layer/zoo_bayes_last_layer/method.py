@@ -227,7 +227,7 @@ class BayesLastLayer(LastLayerMethod):
     def meta_loss(self, episode: Episode) -> Tensor:
         h = self.hparams
         if h["backbone_training"] == "pretrain":
-            return self.pretraining.loss(self.backbone, episode)
+            return self.pretraining.loss(self.features, episode)
         phi_s, phi_q = self.head_features(episode)
         q, _ = self.fit(phi_s, episode.support_y, episode, steps=h["steps_train"],
                         samples=h["samples_train"], create_graph=True)
