@@ -79,6 +79,19 @@ def test_the_scalings_differ_by_the_batch_size_as_a_plain_step_size():
     assert torch.allclose(posteriors[0].var, posteriors[1].var, atol=1e-12)
 
 
+def test_under_adam_the_scalings_give_the_same_posterior():
+    """Adam is invariant to the objective's scale (up to its ``eps``), so with one batch
+    (``batch`` = ``N`` x ``mean``) the two scalings reach the same belief."""
+    g = torch.Generator().manual_seed(6)
+    phi = torch.nn.functional.normalize(torch.randn(12, D, generator=g, dtype=DT), dim=-1)
+    y, episode = torch.arange(12) % C, toy_episode(C, 6)
+    beliefs = [BayesLastLayer(IdentityBackbone(D), way=C, elbo_scaling=scaling).fit(
+        phi, y, episode, steps=20, samples=4, create_graph=False)[0]
+        for scaling in ("mean", "batch")]
+    assert torch.allclose(beliefs[0].mean, beliefs[1].mean, atol=1e-5)
+    assert torch.allclose(beliefs[0].var, beliefs[1].var, rtol=1e-5)
+
+
 def gaussian_problem(noise: float = 0.25, n: int = 30):
     g = torch.Generator().manual_seed(4)
     phi = torch.randn(n, D, generator=g, dtype=DT)
