@@ -14,6 +14,7 @@ from zoo_bayes_last_layer.method import BayesLastLayer, scaled_elbo, support_bat
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 from zoo import Episode
+from zoo.errors import NumericalError
 from zoo.gaussians import kl_divergence, kron
 from zoo.testing import IdentityBackbone, check_method, toy_episode
 
@@ -90,6 +91,15 @@ def test_under_adam_the_scalings_give_the_same_posterior():
         for scaling in ("mean", "batch")]
     assert torch.allclose(beliefs[0].mean, beliefs[1].mean, atol=1e-5)
     assert torch.allclose(beliefs[0].var, beliefs[1].var, rtol=1e-5)
+
+
+def test_a_diverging_inner_loop_names_the_episode_and_the_remedy():
+    phi = torch.nn.functional.normalize(torch.randn(12, D, dtype=DT), dim=-1)
+    m = BayesLastLayer(IdentityBackbone(D), way=C, elbo_scaling="batch", inner_optimizer="sgd",
+                       inner_lr=1e6)
+    with pytest.raises(NumericalError, match="inner_lr"):
+        m.fit(phi, torch.arange(12) % C, toy_episode(C, 6), steps=20, samples=4,
+              create_graph=False)
 
 
 def gaussian_problem(noise: float = 0.25, n: int = 30):

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
+from zoo.errors import check_finite
 from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals, weight_samples
 from zoo.families.pretrained import ClassTable
 from zoo.gaussians import DiagonalGaussian, Gaussian, kl_divergence
@@ -42,6 +43,8 @@ from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 SCALINGS = ("mean", "batch")
 FEATURES = ("raw", "l2", "centred-l2")
+DIVERGED = ("lower inner_lr (with inner_optimizer=sgd and elbo_scaling=batch the step grows with "
+            "the batch size) or use inner_optimizer=adam")
 
 
 class Ascent:
@@ -195,10 +198,14 @@ class BayesLastLayer(LastLayerMethod):
             ell = self.expected_log_likelihood(q, phi[index], y[index], episode, log_likelihood,
                                                salt=16 + step, samples=samples)
             kl = kl_divergence(q, prior)
-            objective = scaled_elbo(ell, kl, len(y), len(batches), h["elbo_scaling"])
+            objective = check_finite(
+                scaled_elbo(ell, kl, len(y), len(batches), h["elbo_scaling"]),
+                f"ELBO at inner step {step}", episode, DIVERGED)
             grads = torch.autograd.grad(objective, params, create_graph=create_graph)
             params = step_fn(params, grads)
             trace.append((len(batches) * ell.sum() - kl).item() / len(y))
+        check_finite(torch.cat([p.detach().flatten() for p in params]),
+                     f"variational parameters after {steps} inner steps", episode, DIVERGED)
         return build(h["family"], params, scale), trace
 
     def expected_log_likelihood(self, q: Gaussian, phi: Tensor, y: Tensor, episode: Episode,
