@@ -175,13 +175,10 @@ def test_pretraining_loss_is_cross_entropy_over_the_class_table():
     assert torch.allclose(loss, expected)
 
 
-def test_conformance():
-    check_method("bayes-last-layer", steps_test=5)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["full", "kfac"])
 def test_conformance_other_families(family):
+    """The default (diag) is checked with every method in ``tests/test_conformance.py``."""
     check_method("bayes-last-layer", family=family, steps_train=2, steps_test=2)
 
 
