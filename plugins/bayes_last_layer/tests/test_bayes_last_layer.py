@@ -86,7 +86,8 @@ def test_under_adam_the_scalings_give_the_same_posterior():
     g = torch.Generator().manual_seed(6)
     phi = torch.nn.functional.normalize(torch.randn(12, D, generator=g, dtype=DT), dim=-1)
     y, episode = torch.arange(12) % C, toy_episode(C, 6)
-    beliefs = [BayesLastLayer(IdentityBackbone(D), way=C, elbo_scaling=scaling).fit(
+    beliefs = [BayesLastLayer(IdentityBackbone(D), way=C, elbo_scaling=scaling,
+                              inner_optimizer="adam").fit(
         phi, y, episode, steps=20, samples=4, create_graph=False)[0]
         for scaling in ("mean", "batch")]
     assert torch.allclose(beliefs[0].mean, beliefs[1].mean, atol=1e-5)
@@ -159,6 +160,13 @@ def test_vi_with_a_gaussian_likelihood_converges_to_the_exact_posterior():
     assert torch.allclose(q.variance(), cov.diagonal(), rtol=0.1)
     assert (q.covariance() - cov).abs().max() < 0.1 * cov.abs().max()
     assert trace[-1] > trace[0]
+
+
+def test_the_inner_rule_defaults_to_plain_ascent_for_diag_and_adam_otherwise():
+    rules = {family: BayesLastLayer(IdentityBackbone(D), way=C, family=family).inner_optimizer()
+             for family in FAMILIES}
+    assert [type(r).__name__ for r in rules.values()] == ["Ascent", "AdamAscent", "AdamAscent"]
+    assert rules["diag"].lr == 0.2 and rules["kfac"].lr == 0.1
 
 
 def test_pretraining_loss_is_cross_entropy_over_the_class_table():

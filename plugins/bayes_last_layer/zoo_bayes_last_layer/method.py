@@ -83,6 +83,7 @@ class AdamAscent:
 
 
 INNER_OPTIMIZERS = {"adam": AdamAscent, "sgd": Ascent}
+DEFAULT_INNER_LR = {"adam": 0.1, "sgd": 0.2}
 
 
 LogLikelihood = Callable[[Tensor, Tensor], Tensor]
@@ -127,10 +128,13 @@ class BayesLastLayer(LastLayerMethod):
                             "(its initial value if learned); chosen on glyphs validation episodes"),
         "init_scale": HParam(0.1, gt=0, doc="initial posterior standard deviation, in prior "
                              "units"),
-        "inner_optimizer": HParam("adam", choices=tuple(INNER_OPTIMIZERS),
-                                  doc="ascent rule of the inner VI (adam: scale-free; sgd: the "
-                                  "ELBO scaling sets its step)"),
-        "inner_lr": HParam(0.1, gt=0, doc="step size of the inner VI"),
+        "inner_optimizer": HParam(None, type=str, choices=tuple(INNER_OPTIMIZERS),
+                                  doc="ascent rule of the inner VI (sgd: the ELBO scaling sets "
+                                  "its step; adam: scale-free); None: sgd for diag (chosen on "
+                                  "glyphs validation episodes), adam for full and kfac (plain "
+                                  "ascent diverges on their shared factors)"),
+        "inner_lr": HParam(None, type=float, gt=0, doc="step size of the inner VI; None: "
+                           "0.2 with sgd, 0.1 with adam"),
         "steps_train": HParam(10, ge=0, doc="inner steps in meta-training"),
         "steps_test": HParam(50, ge=0, doc="inner steps at test"),
         "samples_train": HParam(8, ge=1, doc="weight draws per ELBO and meta-loss estimate"),
@@ -190,7 +194,7 @@ class BayesLastLayer(LastLayerMethod):
         params = initial_parameters(h["family"], way, phi.shape[-1], h["init_scale"],
                                     dtype=phi.dtype, device=phi.device)
         batches = support_batches(len(y), h["batch_size"], episode_generator(episode, salt=3))
-        step_fn = INNER_OPTIMIZERS[h["inner_optimizer"]](h["inner_lr"])
+        step_fn = self.inner_optimizer()
         trace = []
         for step in range(steps):
             q = build(h["family"], params, scale)
@@ -207,6 +211,13 @@ class BayesLastLayer(LastLayerMethod):
         check_finite(torch.cat([p.detach().flatten() for p in params]),
                      f"variational parameters after {steps} inner steps", episode, DIVERGED)
         return build(h["family"], params, scale), trace
+
+    def inner_optimizer(self) -> Ascent | AdamAscent:
+        """A fresh inner ascent rule (see the ``inner_optimizer`` and ``inner_lr`` defaults)."""
+        h = self.hparams
+        name = h["inner_optimizer"] or ("sgd" if h["family"] == "diag" else "adam")
+        lr = h["inner_lr"] if h["inner_lr"] is not None else DEFAULT_INNER_LR[name]
+        return INNER_OPTIMIZERS[name](lr)
 
     def expected_log_likelihood(self, q: Gaussian, phi: Tensor, y: Tensor, episode: Episode,
                                 log_likelihood: LogLikelihood = categorical_log_likelihood, *,
