@@ -4,16 +4,17 @@ A Gaussian ``q(W)`` over the linear head's weights (family ``diag``, ``full`` or
 :mod:`zoo_bayes_last_layer.posterior`) maximises the ELBO on the support (last-layer VI notes,
 Sec. 1-2): the expected categorical log-likelihood, estimated with reparameterised draws of the
 weights, minus the KL to the prior ``N(0, diag(s^2))`` (``s`` per feature, learned or fixed), by
-``steps`` plain gradient steps from the prior-whitened start. With batches of ``b`` of the ``N``
+unrolled ascent steps (plain or Adam, ``inner_optimizer``) from a start in prior-whitened
+coordinates. With batches of ``b`` of the ``N``
 support points (``B = N / b`` of them; ``batch_size = 0``: one batch, ``B = 1``) the notes give
 two scalings of one step's objective (Sec. 2.1):
 
 * ``batch``: ``sum_{i in batch} E_q[log p(y_i | x_i, W)] - KL(q || p) / B``;
 * ``mean``: ``(1/b) sum_{i in batch} E_q[log p(y_i | x_i, W)] - KL(q || p) / N``.
 
-The two are the same objective up to the factor ``b``; with plain gradient steps that factor is
-the step size, so the choice sets how far a step moves (``mean`` keeps it independent of the
-shot). Prediction averages ``softmax(W phi)`` over the estimator's draws of ``W`` (Sec. 2).
+The two are the same objective up to the factor ``b``; with plain ascent that factor is the step
+size, so the choice sets how far a step moves (``mean`` keeps it independent of the shot); Adam is
+invariant to it. Prediction averages ``softmax(W phi)`` over the estimator's draws of ``W`` (Sec. 2).
 
 The backbone (and a learned prior) is meta-learned through the unrolled inner VI
 (``backbone_training = "meta"``: the loss is the query negative log predictive after
@@ -146,8 +147,8 @@ class BayesLastLayer(LastLayerMethod):
                                     "over the training classes (Feature Transfer)"),
         "num_classes": HParam(1000, ge=1, doc="rows of the pre-training head (pretrain only)"),
         "estimator": HParam("mc", doc="draws of the weights: a zoo.expectations spec with "
-                            "points in any dimension (mc, or sobol: ~30 ms to scramble per draw "
-                            "set at C D = 320)"),
+                            "points in any dimension (mc; sobol scrambles a new point set per "
+                            "inner step, slow at C D dimensions)"),
     }
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
