@@ -7,5 +7,9 @@ do not depend on each other.
   probabilities through an expectation estimator; its members:
 
   - :mod:`zoo.families.gp`: function-space GP classifiers (``GPMethod``);
-  - :mod:`zoo.families.last_layer`: Gaussian distributions over a linear head's weights.
+  - :mod:`zoo.families.last_layer`: Gaussian distributions over a linear head's weights (beliefs
+    from :mod:`zoo.gaussians`).
+- :mod:`zoo.families.pretrained`: pre-training a backbone from episodes as a classifier over the
+  training classes (the class table of Feature Transfer, Baseline++ and the Bayesian last layer's
+  pre-trained variant).
 """
