@@ -25,6 +25,7 @@ from torch import Tensor
 
 from zoo.errors import NumericalError
 from zoo.gp import SitePosterior
+from zoo.gram import Gram, dense
 from zoo.jitter import JitterPolicy
 from zoo.variational import (
     Expectations,
@@ -49,12 +50,13 @@ class InnerResult:
     final_elbo: Tensor | None = None
 
 
-def mirror_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
+def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
                    jitter: JitterPolicy | None = None, episode: str | None = None,
                    trace: bool = False, final_elbo: bool = False) -> InnerResult:
     """``steps`` mirror-descent steps from ``theta~_0 = 0`` (the posterior starts at the prior).
 
-    ``K``: ``[C, N, N]`` float64. Each step costs one batched Cholesky of ``I + S K S``.
+    ``K``: ``[C, N, N]`` float64, dense or a feature factor (:mod:`zoo.gram`). Each step costs
+    one batched factorisation of ``I + S K S`` (or of its ``D x D`` twin on a factor).
     ``trace`` records the ELBO after every step (one extra KL per step); ``final_elbo`` returns
     the differentiable ELBO of the last iterate (the meta-training loss).
     """
@@ -65,7 +67,7 @@ def mirror_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
     t2 = K.new_zeros(C, N)
     # at the prior (no sites) the marginals are N(0, diag K): no factorisation needed
     post: SitePosterior | None = None
-    mean, var = t1, torch.diagonal(K, dim1=-2, dim2=-1)
+    mean, var = t1, K.diagonal(dim1=-2, dim2=-1)
     history: list[float] = []
     expect = None
     for step in range(steps + 1):
@@ -100,7 +102,7 @@ def _symmetric(S: Tensor, episode: str | None) -> Tensor:
     return 0.5 * (S + S.transpose(-1, -2))
 
 
-def gradient_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
+def gradient_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
                      jitter: JitterPolicy | None = None, episode: str | None = None,
                      trace: bool = False, final_elbo: bool = False,
                      parameterisation: str = "whitened") -> InnerResult:
@@ -119,6 +121,7 @@ def gradient_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, 
     if parameterisation not in ("moment", "whitened"):
         raise ValueError(f"parameterisation {parameterisation!r}; use 'moment' or 'whitened'")
     jitter = jitter or JitterPolicy()
+    K = dense(K)  # the whitened and moment coordinates are both N-dimensional
     LK = jitter.cholesky(K, "kernel matrix K", episode)
     moment = parameterisation == "moment"
     if moment:
