@@ -28,7 +28,6 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from zoo.errors import NumericalError
 from zoo.gram import FeatureGram, Gram
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
@@ -57,12 +56,13 @@ class SitePosterior:
     def __init__(self, K: Tensor, lam: Tensor, nu: Tensor, jitter: JitterPolicy | None = None,
                  episode: str | None = None):
         self.K = shared(K).to(DTYPE)
-        lam, nu = _sites(lam, nu)
+        jitter = jitter or DEFAULT_JITTER
+        lam, nu = _sites(lam, nu, jitter)
         self.n = self.K.shape[-1]
         self.s = lam.sqrt()
         SKS = self.s[..., :, None] * self.K * self.s[..., None, :]
         eye = torch.eye(self.n, dtype=DTYPE, device=self.K.device)
-        self.L = (jitter or DEFAULT_JITTER).cholesky(eye + SKS, "B = I + S K S", episode)
+        self.L = jitter.cholesky_pd(eye + SKS, "B = I + S K S", episode)
         Knu = (self.K @ nu[..., None])[..., 0]
         corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
         self.alpha = nu - self.s * corr
@@ -123,10 +123,9 @@ class SitePosterior:
         return 0.5 * (quad - (self.s.square() * self.var).sum(-1) + self.logdet_B)
 
 
-def _sites(lam: Tensor, nu: Tensor) -> tuple[Tensor, Tensor]:
+def _sites(lam: Tensor, nu: Tensor, jitter: JitterPolicy) -> tuple[Tensor, Tensor]:
     lam, nu = lam.to(DTYPE), nu.to(DTYPE)
-    if (lam < 0).any():
-        raise NumericalError("site precisions must be non-negative")
+    jitter.require((lam >= 0).all(), "site precisions must be non-negative")
     return lam, nu
 
 
@@ -144,12 +143,13 @@ class FeatureSitePosterior(SitePosterior):
                  episode: str | None = None):
         self.phi = shared(K.left).to(DTYPE)
         self.gram = K
-        lam, nu = _sites(lam, nu)
+        jitter = jitter or DEFAULT_JITTER
+        lam, nu = _sites(lam, nu, jitter)
         self.n, D = self.phi.shape[-2:]
         self.s = lam.sqrt()
         eye = torch.eye(D, dtype=DTYPE, device=self.phi.device)
         A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
-        self.L = (jitter or DEFAULT_JITTER).cholesky(A, "A = I + Phi^T Lambda Phi", episode)
+        self.L = jitter.cholesky_pd(A, "A = I + Phi^T Lambda Phi", episode)
         rhs = (self.phi.transpose(-1, -2) @ nu[..., None])
         self.weights = torch.cholesky_solve(rhs, self.L)[..., 0]  # posterior mean of w
         self.nu = nu

@@ -26,7 +26,7 @@ from torch import Tensor
 from zoo.errors import NumericalError
 from zoo.gp import SitePosterior
 from zoo.gram import Gram, dense
-from zoo.jitter import JitterPolicy
+from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 from zoo.variational import (
     Expectations,
     FullGaussianPosterior,
@@ -62,13 +62,20 @@ def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
     """
     if not 0 < rho <= 1:
         raise ValueError(f"mirror-descent step rho must be in (0, 1], got {rho}")
+    jitter = jitter or DEFAULT_JITTER
+    with jitter.deferred():  # no host synchronisation inside the loop on an accelerator
+        return _mirror_descent(K, likelihood, steps, rho, jitter, episode, trace, final_elbo)
+
+
+def _mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, jitter: JitterPolicy,
+                    episode: str | None, trace: bool, final_elbo: bool) -> InnerResult:
     C, N = K.shape[0], K.shape[-1]
     t1 = K.new_zeros(C, N)
     t2 = K.new_zeros(C, N)
     # at the prior (no sites) the marginals are N(0, diag K): no factorisation needed
     post: SitePosterior | None = None
     mean, var = t1, K.diagonal(dim1=-2, dim2=-1)
-    history: list[float] = []
+    history: list[Tensor] = []
     expect = None
     for step in range(steps + 1):
         if step > 0:
@@ -78,7 +85,7 @@ def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
             break
         expect = likelihood.expectations(mean.T, var.T)
         if trace:
-            history.append(float(_elbo_from(post, expect)))
+            history.append(_elbo_from(post, expect).detach())
         if step == steps:
             break
         d1, d2 = mean_parameter_gradient(mean, expect.g_m.T, expect.g_v.T)
@@ -87,7 +94,7 @@ def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
     final = _elbo_from(post, expect) if final_elbo and expect is not None else None
     if post is None:
         post = SitePosterior(K, t2, t1, jitter, episode)
-    return InnerResult(post, history, final)
+    return InnerResult(post, torch.stack(history).tolist() if history else [], final)
 
 
 def _elbo_from(post: Posterior | None, expect: Expectations) -> Tensor:
