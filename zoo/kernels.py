@@ -67,7 +67,9 @@ class Kernel(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} has no finite feature map")
 
     def _scaled(self, phi: Tensor) -> Tensor:
-        return self._positive(self.raw_outputscale).sqrt() * phi
+        """``sqrt(outputscale) * phi``, the root taken in ``phi``'s dtype so that the product of
+        two factors carries the very outputscale :meth:`gram` uses."""
+        return self._positive(self.raw_outputscale).to(phi.dtype).sqrt() * phi
 
     def forward(self, x1: Tensor, x2: Tensor | None = None) -> Tensor:
         if x2 is None:
@@ -194,7 +196,7 @@ class PolynomialKernel(Kernel):
         the diagonal and 2 off it; order 1 is ``[x, sqrt(c)]``."""
         if self.map_dim(z.shape[-1]) is None:
             raise NotImplementedError(f"polynomial order {self.order} has no feature map here")
-        c = F.softplus(self.raw_offset)[..., None, None]  # [*batch, 1, 1]
+        c = F.softplus(self.raw_offset).to(z.dtype)[..., None, None]  # [*batch, 1, 1]
         z = z.expand(*self.batch_shape, *z.shape[-2:])
         ones = torch.ones_like(z[..., :1])
         if self.order == 1:
