@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-
 from pathlib import Path
 
 import pytest
