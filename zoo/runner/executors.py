@@ -121,8 +121,9 @@ class RayExecutor:
             if self.address:
                 ray.init(address=self.address, log_to_driver=True)
             else:
-                ray.init(num_cpus=threads * self.workers, include_dashboard=False,
-                         log_to_driver=True)
+                # "local": a new Ray of our own, never a cluster some earlier `ray start` left
+                ray.init(address="local", num_cpus=threads * self.workers,
+                         include_dashboard=False, log_to_driver=True)
         marker = shared_folder_marker(self.root)
         try:
             gpus = 1 if self.device.startswith("cuda") else 0
