@@ -11,6 +11,13 @@ Williams (Alg. 3.2), with ``S = diag(sqrt(lam))`` and ``B = I + S K S`` (eigenva
 
 which stays stable when ``K`` is singular (cosine kernels on few features) and when some sites are
 empty (``lam = 0``). All functions batch over leading axes (one GP per class).
+
+Two routes, one code path each (:mod:`zoo.gram` chooses): a dense ``K`` factorises ``B`` (``N x N``,
+one batched Cholesky for all classes; a kernel shared by the classes, expanded with stride 0, and
+sites shared too, as in GP regression, are factorised once); a factor ``K = Phi Phi^T``
+(:class:`~zoo.gram.FeatureGram`, ``D`` features) factorises ``A = I_D + Phi^T Lambda Phi`` instead,
+since by Woodbury ``Phi^T S B^-1 S Phi = I - A^-1`` and by Sylvester ``|B| = |A|``: the posterior of
+the weights of ``f = Phi w``, ``w ~ N(0, I)``, is ``N(A^-1 Phi^T nu, A^-1)``.
 """
 
 from __future__ import annotations
@@ -21,32 +28,45 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from zoo.errors import NumericalError
+from zoo.gram import FeatureGram, Gram
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
 DTYPE = torch.float64
 
 
+def shared(K: Tensor) -> Tensor:
+    """``K`` with every leading axis that was expanded (stride 0) cut to length 1, so that a
+    kernel shared by all classes is factorised once where the sites are shared too."""
+    index = tuple(slice(0, 1) if K.stride(i) == 0 else slice(None) for i in range(K.ndim - 2))
+    return K[index]
+
+
 class SitePosterior:
     """``q(f) ∝ N(f | 0, K) prod_n exp(nu_n f_n - lam_n f_n^2 / 2)``, batched over leading axes.
 
-    ``K``: ``[..., n, n]``; ``lam``, ``nu``: ``[..., n]`` with ``lam >= 0``.
+    ``K``: ``[..., n, n]``, dense or a :class:`~zoo.gram.FeatureGram` (then this is a
+    :class:`FeatureSitePosterior`); ``lam``, ``nu``: ``[..., n]`` with ``lam >= 0``.
     """
+
+    def __new__(cls, K: Gram, *args, **kwargs):
+        if cls is SitePosterior and isinstance(K, FeatureGram):
+            cls = FeatureSitePosterior
+        return super().__new__(cls)
 
     def __init__(self, K: Tensor, lam: Tensor, nu: Tensor, jitter: JitterPolicy | None = None,
                  episode: str | None = None):
-        self.K = K.to(DTYPE)
-        lam, nu = lam.to(DTYPE), nu.to(DTYPE)
-        if (lam < 0).any():
-            raise NumericalError("site precisions must be non-negative")
+        self.K = shared(K).to(DTYPE)
+        jitter = jitter or DEFAULT_JITTER
+        lam, nu = _sites(lam, nu, jitter)
         self.n = self.K.shape[-1]
         self.s = lam.sqrt()
         SKS = self.s[..., :, None] * self.K * self.s[..., None, :]
         eye = torch.eye(self.n, dtype=DTYPE, device=self.K.device)
-        self.L = (jitter or DEFAULT_JITTER).cholesky(eye + SKS, "B = I + S K S", episode)
+        self.L = jitter.cholesky_pd(eye + SKS, "B = I + S K S", episode)
         Knu = (self.K @ nu[..., None])[..., 0]
         corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
         self.alpha = nu - self.s * corr
+        self.nu = nu
 
     @cached_property
     def mean(self) -> Tensor:
@@ -77,15 +97,16 @@ class SitePosterior:
     @cached_property
     def var(self) -> Tensor:
         V = self._V(self.K)
-        return torch.diagonal(self.K, dim1=-2, dim2=-1) - V.pow(2).sum(-2)
+        var = torch.diagonal(self.K, dim1=-2, dim2=-1) - V.pow(2).sum(-2)
+        return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
 
     def predict(self, Kxs: Tensor, kss: Tensor) -> tuple[Tensor, Tensor]:
         """Predictive marginals at test points: ``Kxs`` = k(train, test) ``[..., n, m]``, ``kss``
         = prior variances ``[..., m]``. Returns mean and variance, each ``[..., m]``."""
-        Kxs, kss = Kxs.to(DTYPE), kss.to(DTYPE)
+        Kxs, kss = shared(Kxs).to(DTYPE), kss.to(DTYPE)
         mean = (Kxs.transpose(-1, -2) @ self.alpha[..., None])[..., 0]
         var = kss - self._V(Kxs).pow(2).sum(-2)
-        return mean, var.clamp_min(1e-12)
+        return mean, var.clamp_min(1e-12).expand(torch.broadcast_shapes(var.shape, mean.shape))
 
     @property
     def logdet_B(self) -> Tensor:
@@ -102,11 +123,93 @@ class SitePosterior:
         return 0.5 * (quad - (self.s.square() * self.var).sum(-1) + self.logdet_B)
 
 
-def prior_draws(K: Tensor, count: int, generator: torch.Generator) -> Tensor:
+def _sites(lam: Tensor, nu: Tensor, jitter: JitterPolicy) -> tuple[Tensor, Tensor]:
+    lam, nu = lam.to(DTYPE), nu.to(DTYPE)
+    jitter.require((lam >= 0).all(), "site precisions must be non-negative")
+    return lam, nu
+
+
+class FeatureSitePosterior(SitePosterior):
+    """The same posterior for ``K = Phi Phi^T`` (``Phi`` ``[..., n, D]``), in ``D x D``.
+
+    With ``A = I + Phi^T Lambda Phi = L_A L_A^T``: ``m = Phi A^-1 Phi^T nu``, ``Sigma = Phi A^-1
+    Phi^T``, ``alpha = nu - lam m`` (from ``(K^-1 + Lambda) m = nu``), ``log|B| = log|A|``; at test
+    points with factor ``Phi_*`` the variance is ``k** - |phi_*|^2 + |L_A^-1 phi_*|^2`` (the exact
+    ``k** - K*s S B^-1 S Ks*`` with Woodbury's ``Phi^T S B^-1 S Phi = I - A^-1``), so a Nystrom
+    factor keeps the true prior variance ``k**`` at the queries.
+    """
+
+    def __init__(self, K: FeatureGram, lam: Tensor, nu: Tensor, jitter: JitterPolicy | None = None,
+                 episode: str | None = None):
+        self.phi = shared(K.left).to(DTYPE)
+        self.gram = K
+        jitter = jitter or DEFAULT_JITTER
+        lam, nu = _sites(lam, nu, jitter)
+        self.n, D = self.phi.shape[-2:]
+        self.s = lam.sqrt()
+        eye = torch.eye(D, dtype=DTYPE, device=self.phi.device)
+        A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
+        self.L = jitter.cholesky_pd(A, "A = I + Phi^T Lambda Phi", episode)
+        rhs = (self.phi.transpose(-1, -2) @ nu[..., None])
+        self.weights = torch.cholesky_solve(rhs, self.L)[..., 0]  # posterior mean of w
+        self.nu = nu
+
+    @cached_property
+    def mean(self) -> Tensor:
+        return (self.phi @ self.weights[..., None])[..., 0]
+
+    @cached_property
+    def alpha(self) -> Tensor:  # type: ignore[override]
+        return self.nu - self.s.square() * self.mean
+
+    def _VA(self, phi: Tensor) -> Tensor:
+        """``L_A^-1 Phi^T`` ``[..., D, m]`` for factors ``[..., m, D]``."""
+        return torch.linalg.solve_triangular(self.L, phi.transpose(-1, -2), upper=False)
+
+    def whiten(self, Kxs: Tensor) -> Tensor:
+        raise ValueError("whiten() needs a dense kernel matrix; build the posterior on the dense "
+                         "route (hyper-parameter algebra=dense)")
+
+    def sample(self, prior: Tensor, noise: Tensor) -> Tensor:
+        """Matheron's rule as in :meth:`SitePosterior.sample`, with ``K S B^-1 u = Phi A^-1 Phi^T
+        S u``."""
+        u = self.s * (self.s * prior.to(DTYPE) + noise.to(DTYPE))
+        v = torch.cholesky_solve(self.phi.transpose(-1, -2) @ u[..., None], self.L)
+        return self.mean + prior - (self.phi @ v)[..., 0]
+
+    @property
+    def cov(self) -> Tensor:
+        V = self._VA(self.phi)
+        return V.transpose(-1, -2) @ V
+
+    @cached_property
+    def var(self) -> Tensor:
+        var = self._VA(self.phi).pow(2).sum(-2)
+        return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
+
+    def predict(self, Kxs: Gram, kss: Tensor) -> tuple[Tensor, Tensor]:
+        """As :meth:`SitePosterior.predict`, with ``Kxs`` a :class:`~zoo.gram.FeatureGram`
+        whose right factor is the test points' ``Phi_*``."""
+        if not isinstance(Kxs, FeatureGram):
+            raise ValueError("a feature-route posterior predicts from a FeatureGram of the test "
+                             "points (GPMethod.kernel_matrices builds one)")
+        phi = shared(Kxs.right).to(DTYPE)
+        mean = (phi @ self.weights[..., None])[..., 0]
+        var = kss.to(DTYPE) - phi.pow(2).sum(-1) + self._VA(phi).pow(2).sum(-2)
+        return mean, var.clamp_min(1e-12).expand(torch.broadcast_shapes(var.shape, mean.shape))
+
+
+def prior_draws(K: Gram, count: int, generator: torch.Generator) -> Tensor:
     """``count`` draws of ``N(0, K)`` for a PSD (possibly singular) ``K`` ``[..., n, n]``, as
     ``[count, ..., n]``, through its eigendecomposition (negative round-off eigenvalues set to 0;
-    no jitter). Standard normals come from ``generator`` on its own device (pass one on ``K``'s
-    device to avoid a host transfer)."""
+    no jitter), or as ``Phi w`` with ``w ~ N(0, I_D)`` for a factor ``K = Phi Phi^T``. Standard
+    normals come from ``generator`` on its own device (pass one on ``K``'s device to avoid a host
+    transfer)."""
+    if isinstance(K, FeatureGram):
+        phi = K.left.detach().to(DTYPE)
+        z = torch.randn((count, *phi.shape[:-2], phi.shape[-1]), generator=generator, dtype=DTYPE,
+                        device=generator.device).to(phi.device)
+        return (phi @ z[..., None])[..., 0]
     K = K.detach().to(DTYPE)
     evals, evecs = torch.linalg.eigh(K)
     z = torch.randn((count, *K.shape[:-1]), generator=generator, dtype=DTYPE,
@@ -114,11 +217,25 @@ def prior_draws(K: Tensor, count: int, generator: torch.Generator) -> Tensor:
     return ((evecs * evals.clamp_min(0).sqrt()[..., None, :]) @ z[..., None])[..., 0]
 
 
-def gaussian_log_marginal(K: Tensor, y: Tensor, noise: Tensor | float,
+def gaussian_log_marginal(K: Gram, y: Tensor, noise: Tensor | float,
                           jitter: JitterPolicy | None = None, episode: str | None = None) -> Tensor:
-    """``log N(y | 0, K + noise I)`` (R&W Alg. 2.1), batched over leading axes."""
-    K, y = K.to(DTYPE), y.to(DTYPE)
+    """``log N(y | 0, K + noise I)`` (R&W Alg. 2.1), batched over leading axes; a kernel shared by
+    the batch (expanded with stride 0) is factorised once. For a factor ``K = Phi Phi^T`` it is
+    done in ``D x D`` with ``A = I + Phi^T Phi / noise``: ``|K + noise I| = noise^n |A|`` and
+    ``y^T (K + noise I)^-1 y = (|y|^2 - |L_A^-1 Phi^T y|^2 / noise) / noise``."""
+    y = y.to(DTYPE)
     n = K.shape[-1]
+    if isinstance(K, FeatureGram):
+        phi = shared(K.left).to(DTYPE)
+        noise = torch.as_tensor(noise, dtype=DTYPE, device=phi.device)
+        eye = torch.eye(phi.shape[-1], dtype=DTYPE, device=phi.device)
+        A = eye + phi.transpose(-1, -2) @ phi / noise
+        L = (jitter or DEFAULT_JITTER).cholesky(A, "A = I + Phi^T Phi / noise", episode)
+        v = torch.linalg.solve_triangular(L, phi.transpose(-1, -2) @ y[..., None], upper=False)
+        quad = (y.pow(2).sum(-1) - v[..., 0].pow(2).sum(-1) / noise) / noise
+        logdet = n * torch.log(noise) + 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+        return -0.5 * (quad + logdet + n * math.log(2 * math.pi))
+    K = shared(K).to(DTYPE)
     eye = torch.eye(n, dtype=DTYPE, device=K.device)
     noise = torch.as_tensor(noise, dtype=DTYPE, device=K.device)
     L = (jitter or DEFAULT_JITTER).cholesky(K + noise[..., None, None] * eye, "K + noise I", episode)

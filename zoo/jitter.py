@@ -7,7 +7,9 @@ results (``Method.counters``), and a matrix that stays indefinite raises with th
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -29,6 +31,48 @@ class JitterPolicy:
     factor: float = 10.0
     max_tries: int = 6
     uses: int = 0
+    _pending: list[tuple[Tensor, str]] | None = field(default=None, repr=False, compare=False)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside, :meth:`require` and :meth:`cholesky_pd` on an accelerator queue their checks
+        and the exit makes them all at once: an inner loop then never waits for the device (one
+        synchronisation per loop instead of several per step). On the CPU nothing changes. Nested,
+        the checks wait for the outermost exit."""
+        outer, self._pending = self._pending, []
+        try:
+            yield
+            pending = self._pending
+        finally:
+            self._pending = outer
+        if outer is not None:
+            outer.extend(pending)
+        elif pending:
+            failed = torch.stack([flag for flag, _ in pending]).cpu()
+            for flag, message in zip(failed.tolist(), (m for _, m in pending), strict=True):
+                if flag:
+                    raise NumericalError(message)
+
+    def require(self, ok: Tensor, message: str) -> None:
+        """Raise :class:`NumericalError` with ``message`` unless the boolean tensor ``ok``; inside
+        :meth:`deferred` on an accelerator, at its exit."""
+        if self._pending is not None and ok.device.type != "cpu":
+            self._pending.append((~ok, message))
+        elif not bool(ok):
+            raise NumericalError(message)
+
+    def cholesky_pd(self, A: Tensor, what: str = "matrix", episode: str | None = None) -> Tensor:
+        """Cholesky of a matrix positive definite by construction (``I + S K S``, eigenvalues
+        >= 1: only non-finite entries make it fail, and no jitter would help): inside
+        :meth:`deferred` on an accelerator the check waits for the exit, else as :meth:`cholesky`."""
+        if self._pending is None or A.device.type == "cpu":
+            return self.cholesky(A, what, episode)
+        L, info = torch.linalg.cholesky_ex(A)
+        where = f" in episode {episode}" if episode else ""
+        self.require((info == 0).all() & torch.isfinite(L).all(),
+                     f"{what}{where} could not be factorised (non-finite entries); check the "
+                     "features (NaN or inf from the backbone) and the learning rate")
+        return L
 
     def cholesky(self, A: Tensor, what: str = "matrix", episode: str | None = None) -> Tensor:
         where = f" in episode {episode}" if episode else ""

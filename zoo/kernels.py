@@ -56,6 +56,21 @@ class Kernel(nn.Module):
     def gram_diag(self, z: Tensor) -> Tensor:
         return self._positive(self.raw_outputscale)[..., 0] * self.base_diag(z)
 
+    def map_dim(self, d: int) -> int | None:
+        """Dimension of a finite feature map with ``gram(z1, z2) = feature_map(z1) @
+        feature_map(z2)^T`` on ``d``-dimensional prepared features; ``None`` when there is none
+        (RBF, Matern). Lets :mod:`zoo.gram` do the GP algebra in that dimension."""
+        return None
+
+    def feature_map(self, z: Tensor) -> Tensor:
+        """``[*batch, n, map_dim]`` from prepared features ``[n, d]`` (outputscale included)."""
+        raise NotImplementedError(f"{type(self).__name__} has no finite feature map")
+
+    def _scaled(self, phi: Tensor) -> Tensor:
+        """``sqrt(outputscale) * phi``, the root taken in ``phi``'s dtype so that the product of
+        two factors carries the very outputscale :meth:`gram` uses."""
+        return self._positive(self.raw_outputscale).to(phi.dtype).sqrt() * phi
+
     def forward(self, x1: Tensor, x2: Tensor | None = None) -> Tensor:
         if x2 is None:
             z = self.prepare(x1)
@@ -83,6 +98,12 @@ class LinearKernel(Kernel):
     def base_diag(self, x: Tensor) -> Tensor:
         return x.pow(2).sum(-1)
 
+    def map_dim(self, d: int) -> int:
+        return d
+
+    def feature_map(self, z: Tensor) -> Tensor:
+        return self._scaled(z)
+
 
 class CosineKernel(Kernel):
     """Inner product of L2-normalised features."""
@@ -95,6 +116,12 @@ class CosineKernel(Kernel):
 
     def base_diag(self, x: Tensor) -> Tensor:
         return x.pow(2).sum(-1)
+
+    def map_dim(self, d: int) -> int:
+        return d
+
+    def feature_map(self, z: Tensor) -> Tensor:
+        return self._scaled(z)
 
 
 class BNCosineKernel(CosineKernel):
@@ -158,6 +185,27 @@ class PolynomialKernel(Kernel):
 
     def base_diag(self, x: Tensor) -> Tensor:
         return (x.pow(2).sum(-1) + F.softplus(self.raw_offset)[..., None]) ** self.order
+
+    def map_dim(self, d: int) -> int | None:
+        """Orders 1 and 2 only: ``d + 1`` and ``d (d + 1) / 2 + d + 1`` (higher orders grow as
+        ``d^p``, beyond any episode's size)."""
+        return {1: d + 1, 2: d * (d + 1) // 2 + d + 1}.get(self.order)
+
+    def feature_map(self, z: Tensor) -> Tensor:
+        """``(x.y + c)^2 = sum_{i<=j} w_ij x_i x_j y_i y_j + 2c x.y + c^2`` with ``w_ij`` = 1 on
+        the diagonal and 2 off it; order 1 is ``[x, sqrt(c)]``."""
+        if self.map_dim(z.shape[-1]) is None:
+            raise NotImplementedError(f"polynomial order {self.order} has no feature map here")
+        c = F.softplus(self.raw_offset).to(z.dtype)[..., None, None]  # [*batch, 1, 1]
+        z = z.expand(*self.batch_shape, *z.shape[-2:])
+        ones = torch.ones_like(z[..., :1])
+        if self.order == 1:
+            return self._scaled(torch.cat([z, c.sqrt() * ones], -1))
+        i, j = torch.triu_indices(z.shape[-1], z.shape[-1], device=z.device)
+        weight = torch.full(i.shape, math.sqrt(2.0), dtype=z.dtype, device=z.device)
+        weight[i == j] = 1.0
+        quad = weight * z[..., i] * z[..., j]
+        return self._scaled(torch.cat([quad, (2 * c).sqrt() * z, c * ones], -1))
 
 
 BUILTIN = {"linear": LinearKernel, "cosine": CosineKernel, "bncosine": BNCosineKernel,

@@ -316,3 +316,54 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     assert isinstance(summary, dict) and summary, f"{kind}: summarise gave {summary!r}"
     value = task.selection_value([record])
     assert math.isfinite(value), f"{kind}: selection value {value} of a valid record is not finite"
+
+
+# -- GP algebra routes -----------------------------------------------------------------------------
+
+def check_algebra_routes(cls: type[Method], capture: str, kernel: str = "cosine", way: int = 4,
+                         shot: int = 3, feature_dim: int = 6, routes=("dense", "features"),
+                         atol: float = 1e-8, **hparams: Any) -> None:
+    """A GP method gives the same answer on every algebra route (:mod:`zoo.gram`), in float64:
+    the float64 output of its method ``capture`` (e.g. ``query_probs`` or ``latent``) at test and
+    the gradient of ``meta_loss`` with respect to every parameter. The episode has more points
+    than features, so the dense kernel matrix is singular (rank ``feature_dim``): the hard case
+    for the dense route and the one the feature route exists for."""
+    from zoo.kernels import BUILTIN
+
+    g = torch.Generator().manual_seed(3)
+    n, q = way * shot, way * 2
+    episode = Episode(torch.randn(n, feature_dim, generator=g, dtype=torch.float64),
+                      torch.arange(way).repeat_interleave(shot),
+                      torch.randn(q, feature_dim, generator=g, dtype=torch.float64),
+                      torch.arange(way).repeat_interleave(2), way=way, shot=shot, info={"seed": 3})
+    outputs, grads = {}, {}
+    for route in routes:
+        torch.manual_seed(0)
+        method = cls(IdentityBackbone(feature_dim, learnable=True), way=way,
+                     kernel=BUILTIN[kernel](feature_dim), algebra=route, **hparams).double()
+        seen: list[Tensor] = []
+        original = getattr(method, capture)
+
+        def record(*args: Any, _original=original, _seen=seen, **kwargs: Any) -> Any:
+            out = _original(*args, **kwargs)
+            _seen.append(out[0] if isinstance(out, tuple) else out)
+            return out
+
+        setattr(method, capture, record)
+        method.eval()
+        with torch.no_grad():
+            method.predict(episode)
+        method.train()
+        method.zero_grad()
+        method.meta_loss(episode).backward()
+        outputs[route] = seen[-1]
+        grads[route] = [p.grad for p in method.parameters() if p.grad is not None]
+    first, *rest = routes
+    for route in rest:
+        diff = (outputs[route] - outputs[first]).abs().max()
+        assert diff < atol, f"{cls.name}: {capture} differs between {first} and {route} by {diff}"
+        assert len(grads[route]) == len(grads[first]) > 0
+        for a, b in zip(grads[route], grads[first], strict=True):
+            gap = (a - b).abs().max() / b.abs().max().clamp_min(1)
+            assert gap < atol, \
+                f"{cls.name}: meta-gradients differ between {first} and {route} by {gap:.1e}"

@@ -6,6 +6,11 @@ A GP plugin subclasses :class:`GPMethod` and supplies only its inference and lik
 (one builder for every kernel matrix), float64 algebra, the jitter policy, finiteness checks, the
 predictive and the expectation step live in the core once. That is
 what makes "mirror descent vs gradient descent, all else identical" a one-line change.
+
+The builder also picks the algebra route (hyper-parameter ``algebra``, :mod:`zoo.gram`): dense
+``N x N`` matrices, or a :class:`~zoo.gram.FeatureGram` factor (the kernel's exact feature map, or
+a Nystrom factor from ``inducing`` points) on which :class:`~zoo.gp.SitePosterior` works in the
+factor's dimension; the methods' inner loops are the same code on every route.
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ from zoo.episode import Episode
 from zoo.errors import check_finite
 from zoo.families.latent_gaussian import LatentGaussianMethod
 from zoo.gp import DTYPE, SitePosterior
+from zoo.gram import ROUTES, FeatureGram, Gram, choose_route, inducing_index, nystrom_factor
 from zoo.hparams import HParam
 
 
 @dataclass
 class KernelMatrices:
     """Prior covariances per class, float64: support-support ``[C, n, n]``, support-query
-    ``[C, n, Q]`` and the query prior variances ``[C, Q]``."""
+    ``[C, n, Q]`` (dense, or :class:`~zoo.gram.FeatureGram` factors) and the query prior variances
+    ``[C, Q]``."""
 
-    Kss: Tensor
-    Ksq: Tensor
+    Kss: Gram
+    Ksq: Gram
     kqq: Tensor
 
 
@@ -42,6 +49,9 @@ class GPMethod(LatentGaussianMethod):
         "kernel_lr": HParam(1e-4, gt=0, doc="Adam learning rate of the kernel"),
         "per_class_kernel": HParam(False, doc="one set of kernel hyper-parameters per class "
                                    "(read by zoo.method.build_method)"),
+        "algebra": HParam("auto", choices=ROUTES, doc="GP algebra route (zoo.gram): dense N x N, "
+                          "the kernel's feature map, Nystrom, or auto (the cheaper exact one)"),
+        "inducing": HParam(128, ge=1, doc="inducing points of algebra=nystrom"),
     }
 
     def _prepared(self, x: Tensor, episode: Episode) -> Tensor:
@@ -54,24 +64,49 @@ class GPMethod(LatentGaussianMethod):
         K = check_finite(K, "kernel matrix", episode).to(DTYPE)
         return K.expand(episode.way, *K.shape[-2:]) if K.ndim == 2 else K
 
+    def route(self, n: int, d: int) -> str:
+        """The algebra route for ``n`` labelled points with ``d``-dimensional prepared features."""
+        return choose_route(self.hparams["algebra"], n, self.kernel.map_dim(d))
+
+    def _factor(self, z: Tensor, n: int, route: str, episode: Episode) -> Tensor:
+        """``Phi`` ``[(C,) N, D]`` float64 with ``Phi Phi^T`` = the kernel on all of ``z``
+        (``features``) or its Nystrom approximation from inducing points among the first ``n``."""
+        if route == "features":
+            return check_finite(self.kernel.feature_map(z), "feature map", episode).to(DTYPE)
+        zm = z[inducing_index(n, self.hparams["inducing"], z.device)]
+        K_nm = check_finite(self.kernel.gram(z, zm), "kernel matrix", episode).to(DTYPE)
+        K_mm = self.kernel.gram(zm, zm).to(DTYPE)
+        return nystrom_factor(K_nm, K_mm, lambda A: self.jitter.cholesky(
+            A, "inducing-point kernel K_mm", episode.id))
+
     def kernel_matrices(self, episode: Episode) -> KernelMatrices:
         """Support-support and support-query blocks and the query prior variances, per class."""
         n = episode.support_x.shape[0]
         z = self._prepared(torch.cat([episode.support_x, episode.query_x]), episode)
         zs, zq = z[:n], z[n:]
+        kqq = self._per_class(self.kernel.gram_diag(zq)[..., None, :], episode)[..., 0, :]
+        route = self.route(n, z.shape[-1])
+        if route != "dense":
+            phi = self._factor(z, n, route, episode)
+            left, right = phi[..., :n, :], phi[..., n:, :]
+            return KernelMatrices(FeatureGram.of(left).expand(episode.way),
+                                  FeatureGram(left, right).expand(episode.way), kqq)
         Kss = self._per_class(self.kernel.gram(zs, zs), episode)
         Ksq = self._per_class(self.kernel.gram(zs, zq), episode)
-        kqq = self._per_class(self.kernel.gram_diag(zq)[..., None, :], episode)[..., 0, :]
         return KernelMatrices(Kss, Ksq, kqq)
 
-    def labelled_kernel(self, episode: Episode) -> tuple[Tensor, Tensor]:
+    def labelled_kernel(self, episode: Episode) -> tuple[Gram, Tensor]:
         """The prior covariance ``[C, N, N]`` of support and query together and their labels
         ``[N]``: the training objective of methods that fit every labelled point of an episode."""
         z = self._prepared(torch.cat([episode.support_x, episode.query_x]), episode)
-        return (self._per_class(self.kernel.gram(z, z), episode),
-                torch.cat([episode.support_y, episode.query_y]))
+        labels = torch.cat([episode.support_y, episode.query_y])
+        route = self.route(z.shape[0], z.shape[-1])
+        if route != "dense":
+            phi = self._factor(z, z.shape[0], route, episode)
+            return FeatureGram.of(phi).expand(episode.way), labels
+        return self._per_class(self.kernel.gram(z, z), episode), labels
 
-    def posterior(self, K: Tensor, lam: Tensor, nu: Tensor, episode: Episode) -> SitePosterior:
+    def posterior(self, K: Gram, lam: Tensor, nu: Tensor, episode: Episode) -> SitePosterior:
         return SitePosterior(K, lam, nu, jitter=self.jitter, episode=episode.id)
 
     @staticmethod

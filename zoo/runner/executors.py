@@ -3,7 +3,9 @@
 Both give identical results for the same suite: a unit seeds everything from its cell and runs
 with the same number of intra-op threads either way (``threads_per_unit``). With Ray the results
 folder must be on a file system that every node sees (cells write their own folders; only the
-driver writes ``results.jsonl``).
+driver writes ``results.jsonl``): the driver leaves a marker file there and every task checks that
+it sees it before it starts. A task whose node dies is retried on another (``RAY_RETRIES``): a unit
+resumes from its cell folders, so a retried unit gives the same result as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -24,6 +28,26 @@ from zoo.runner.cells import Cell
 log = logging.getLogger(__name__)
 
 OnDone = Callable[[list[Outcome]], None]
+RAY_RETRIES = 3  # re-runs of a unit whose node (or worker process) died
+
+
+def shared_folder_marker(root: Path) -> Path:
+    """Leave a uniquely named file in the results folder, for :func:`run_unit_on_node`."""
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / f".zoo-shared-{uuid.uuid4().hex}"
+    marker.write_text(socket.gethostname())
+    return marker
+
+
+def run_unit_on_node(marker: Path, cells: Sequence[Cell], root: Path, *args) -> list[Outcome]:
+    """:func:`run_unit` on a cluster node, after checking that this node sees the results folder
+    the driver wrote ``marker`` into (cells write their own folders there)."""
+    if not marker.exists():
+        raise ZooError(f"the results folder {root} is not visible from Ray node {socket.gethostname()} "
+                       f"(the driver on {marker.read_text() if marker.exists() else 'another host'} "
+                       "wrote it): put --out on a file system every node mounts at the same path "
+                       "(NFS, a shared volume), or run with --executor local")
+    return run_unit(cells, root, *args)
 
 
 def threads_per_unit(workers: int) -> int:
@@ -97,16 +121,27 @@ class RayExecutor:
             if self.address:
                 ray.init(address=self.address, log_to_driver=True)
             else:
-                ray.init(num_cpus=threads * self.workers, include_dashboard=False,
-                         log_to_driver=True)
+                # "local": a new Ray of our own, never a cluster some earlier `ray start` left
+                ray.init(address="local", num_cpus=threads * self.workers,
+                         include_dashboard=False, log_to_driver=True)
+        marker = shared_folder_marker(self.root)
         try:
             gpus = 1 if self.device.startswith("cuda") else 0
-            task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=0)(run_unit)
-            pending = [task.remote(list(unit), self.root, self.data_dir, self.device, threads,
-                                   False) for unit in units]
-            while pending:
+            task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=RAY_RETRIES,
+                              retry_exceptions=False)(run_unit_on_node)
+            log.info("Ray cluster: %s; each unit asks for %d CPU(s) and %d GPU(s)",
+                     ray.cluster_resources(), threads, gpus)
+            pending = [task.remote(marker, list(unit), self.root, self.data_dir, self.device,
+                                   threads, False) for unit in units]
+            while pending:  # results arrive from whichever node ran them
                 ready, pending = ray.wait(pending, num_returns=1)
-                on_done(ray.get(ready[0]))
+                try:
+                    on_done(ray.get(ready[0]))
+                except ray.exceptions.RayTaskError as exc:
+                    if isinstance(exc.cause, ZooError):
+                        raise exc.cause from None
+                    raise
         finally:
+            marker.unlink(missing_ok=True)
             if started:
                 ray.shutdown()

@@ -6,7 +6,7 @@ from zoo_dkt import DKT
 
 from zoo import Episode
 from zoo.kernels import RBFKernel
-from zoo.testing import IdentityBackbone, check_method
+from zoo.testing import IdentityBackbone, check_algebra_routes, check_method
 
 
 def episode(seed=0, way=3, shot=2, query=2):
@@ -60,3 +60,8 @@ def test_learnable_mean_and_fixed_noise_by_default():
 
 def test_conformance():
     check_method("dkt")
+
+
+@pytest.mark.parametrize("kernel", ["cosine", "linear"])
+def test_feature_route_equals_dense_route(kernel):
+    check_algebra_routes(DKT, "latent", kernel=kernel)

@@ -67,7 +67,8 @@ class DKT(GPMethod):
         mats = self.kernel_matrices(episode)
         noise, m0 = self.noise.to(DTYPE), self.mean.to(DTYPE)
         t = self.targets(episode.support_y, episode.way) - m0
-        post = self.posterior(mats.Kss, torch.ones_like(t) / noise, t / noise, episode)
+        lam = torch.ones_like(t[:1]) / noise  # shared by the classes: one factorisation
+        post = self.posterior(mats.Kss, lam, t / noise, episode)
         mean, var = self.predictive(post, mats)
         return mean + m0, var
 

@@ -1,12 +1,15 @@
 import numpy as np
 import pytest
 import torch
+import zoo_logistic_softmax
 from torch.distributions import Gamma, MultivariateNormal, Poisson
 from zoo_logistic_softmax import LogisticSoftmax, _log_cosh
 
+from zoo.gp import prior_draws
+from zoo.gram import dense
 from zoo.kernels import RBFKernel
 from zoo.polyagamma import sample_polyagamma
-from zoo.testing import IdentityBackbone, check_method, line_episode
+from zoo.testing import IdentityBackbone, check_algebra_routes, check_method, line_episode
 
 D = torch.float64
 
@@ -116,3 +119,12 @@ def test_conformance():
 @pytest.mark.parametrize("inference", ["mean-field", "gibbs"])
 def test_conformance_defaults(inference):
     check_method("logistic-softmax", inference=inference)
+
+
+@pytest.mark.parametrize("inference", ["mean-field", "gibbs"])
+def test_feature_route_equals_dense_route(monkeypatch, inference):
+    """Mean field and Gibbs on the feature route; Gibbs chains start from the same prior draws."""
+    monkeypatch.setattr(zoo_logistic_softmax, "prior_draws",
+                        lambda K, n, g: prior_draws(dense(K), n, g))
+    check_algebra_routes(LogisticSoftmax, "query_probs", inference=inference, gibbs_test_steps=3,
+                         chains=2, pg_sampler="torch")

@@ -19,6 +19,7 @@ from zoo.kernels import RBFKernel
 from zoo.plugins import registry
 from zoo.testing import (
     build_for_tests,
+    check_algebra_routes,
     check_method,
     exact_expected_log_softmax,
     softmax_marginals,
@@ -287,3 +288,8 @@ def test_convergence_suite_writes_the_documented_json_and_figures(tmp_path):
         assert len(out["outer"][variant]["1-shot"]) == 2
     assert out["inner_best"]["md"]["1-shot"]["elbo"][-1] > out["inner"]["md"]["1-shot"][0]
     assert (tmp_path / "inner.png").stat().st_size > 0 and (tmp_path / "outer.png").exists()
+
+
+@pytest.mark.parametrize("kernel", ["cosine", "linear"])
+def test_feature_route_equals_dense_route(kernel):
+    check_algebra_routes(MDBFSC, "query_probs", kernel=kernel)

@@ -25,7 +25,8 @@ from torch import Tensor
 
 from zoo.errors import NumericalError
 from zoo.gp import SitePosterior
-from zoo.jitter import JitterPolicy
+from zoo.gram import Gram, dense
+from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 from zoo.variational import (
     Expectations,
     FullGaussianPosterior,
@@ -49,24 +50,32 @@ class InnerResult:
     final_elbo: Tensor | None = None
 
 
-def mirror_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
+def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
                    jitter: JitterPolicy | None = None, episode: str | None = None,
                    trace: bool = False, final_elbo: bool = False) -> InnerResult:
     """``steps`` mirror-descent steps from ``theta~_0 = 0`` (the posterior starts at the prior).
 
-    ``K``: ``[C, N, N]`` float64. Each step costs one batched Cholesky of ``I + S K S``.
+    ``K``: ``[C, N, N]`` float64, dense or a feature factor (:mod:`zoo.gram`). Each step costs
+    one batched factorisation of ``I + S K S`` (or of its ``D x D`` twin on a factor).
     ``trace`` records the ELBO after every step (one extra KL per step); ``final_elbo`` returns
     the differentiable ELBO of the last iterate (the meta-training loss).
     """
     if not 0 < rho <= 1:
         raise ValueError(f"mirror-descent step rho must be in (0, 1], got {rho}")
+    jitter = jitter or DEFAULT_JITTER
+    with jitter.deferred():  # no host synchronisation inside the loop on an accelerator
+        return _mirror_descent(K, likelihood, steps, rho, jitter, episode, trace, final_elbo)
+
+
+def _mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, jitter: JitterPolicy,
+                    episode: str | None, trace: bool, final_elbo: bool) -> InnerResult:
     C, N = K.shape[0], K.shape[-1]
     t1 = K.new_zeros(C, N)
     t2 = K.new_zeros(C, N)
     # at the prior (no sites) the marginals are N(0, diag K): no factorisation needed
     post: SitePosterior | None = None
-    mean, var = t1, torch.diagonal(K, dim1=-2, dim2=-1)
-    history: list[float] = []
+    mean, var = t1, K.diagonal(dim1=-2, dim2=-1)
+    history: list[Tensor] = []
     expect = None
     for step in range(steps + 1):
         if step > 0:
@@ -76,7 +85,7 @@ def mirror_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
             break
         expect = likelihood.expectations(mean.T, var.T)
         if trace:
-            history.append(float(_elbo_from(post, expect)))
+            history.append(_elbo_from(post, expect).detach())
         if step == steps:
             break
         d1, d2 = mean_parameter_gradient(mean, expect.g_m.T, expect.g_v.T)
@@ -85,7 +94,7 @@ def mirror_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
     final = _elbo_from(post, expect) if final_elbo and expect is not None else None
     if post is None:
         post = SitePosterior(K, t2, t1, jitter, episode)
-    return InnerResult(post, history, final)
+    return InnerResult(post, torch.stack(history).tolist() if history else [], final)
 
 
 def _elbo_from(post: Posterior | None, expect: Expectations) -> Tensor:
@@ -100,7 +109,7 @@ def _symmetric(S: Tensor, episode: str | None) -> Tensor:
     return 0.5 * (S + S.transpose(-1, -2))
 
 
-def gradient_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, *,
+def gradient_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
                      jitter: JitterPolicy | None = None, episode: str | None = None,
                      trace: bool = False, final_elbo: bool = False,
                      parameterisation: str = "whitened") -> InnerResult:
@@ -119,6 +128,7 @@ def gradient_descent(K: Tensor, likelihood: Likelihood, steps: int, rho: float, 
     if parameterisation not in ("moment", "whitened"):
         raise ValueError(f"parameterisation {parameterisation!r}; use 'moment' or 'whitened'")
     jitter = jitter or JitterPolicy()
+    K = dense(K)  # the whitened and moment coordinates are both N-dimensional
     LK = jitter.cholesky(K, "kernel matrix K", episode)
     moment = parameterisation == "moment"
     if moment:

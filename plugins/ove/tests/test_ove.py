@@ -3,14 +3,16 @@ import math
 import numpy as np
 import pytest
 import torch
+import zoo_ove
 from scipy.stats import multivariate_normal
 from zoo_ove import OVE, Pairs
 
 from zoo import Episode
-from zoo.gp import SitePosterior
+from zoo.gp import SitePosterior, prior_draws
+from zoo.gram import dense
 from zoo.kernels import RBFKernel
 from zoo.polyagamma import augmented_log_marginal
-from zoo.testing import IdentityBackbone, check_method, line_episode
+from zoo.testing import IdentityBackbone, check_algebra_routes, check_method, line_episode
 
 
 def exact_psi_moments(K_psi: np.ndarray, points: int = 81, half_width: float = 7.0):
@@ -175,3 +177,12 @@ def test_conformance_20_way():
     """M = N (C - 1) = 2660 pairwise differences in training: the ML loss's one ``M x M``
     factorisation per chain dominates (the Gibbs steps are class-blocked, ``N x N``)."""
     check_method("ove", settings=((20, 5),), chains=2, test_steps=2)
+
+
+@pytest.mark.parametrize("loss", ["ml", "pl"])
+def test_feature_route_equals_dense_route(monkeypatch, loss):
+    """The blocked Gibbs sweeps on the feature route; the chains start from the same prior draws
+    (the route's own draws, ``Phi w``, are exact too but use the generator differently)."""
+    monkeypatch.setattr(zoo_ove, "prior_draws", lambda K, n, g: prior_draws(dense(K), n, g))
+    check_algebra_routes(OVE, "query_probs", loss=loss, test_steps=3, chains=2,
+                         pg_sampler="torch")

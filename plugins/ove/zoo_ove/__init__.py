@@ -42,6 +42,7 @@ import zoo
 from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE, SitePosterior, prior_draws
+from zoo.gram import dense
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
@@ -145,7 +146,7 @@ class OVE(GPMethod):
         f = priors[0].clone()
         psi = pairs.apply(f)
         kappa = torch.full_like(psi, 0.5)
-        K_psi = None if blocked else pairs.prior_cov(K)
+        K_psi = None if blocked else pairs.prior_cov(dense(K))
         trace = []
         w = kappa
         for step in range(1, steps + 1):
@@ -191,7 +192,7 @@ class OVE(GPMethod):
         Gaussian predictive, by the ``estimator`` (Gauss-Hermite, ``quadrature`` nodes, by default)
         on each pairwise difference, a one-dimensional Gaussian."""
         C, _, Q = Ksq.shape
-        cross = pairs.cross_cov(Ksq)  # [C, M, Q]
+        cross = pairs.cross_cov(dense(Ksq))  # [C, M, Q]
         flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
         mean, _ = post.predict(flat, kqq.T.reshape(-1))
         V = post.whiten(flat).unflatten(-1, (Q, C))  # [R, M, Q, C]
@@ -213,7 +214,7 @@ class OVE(GPMethod):
         w, _, trace = self.gibbs(mats.Kss, episode.support_y, steps, episode,
                                  episode_generator(episode))
         kappa = torch.full_like(w, 0.5)
-        post = self.posterior(pairs.prior_cov(mats.Kss), w, kappa, episode)
+        post = self.posterior(pairs.prior_cov(dense(mats.Kss)), w, kappa, episode)
         scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
         return torch.softmax(scores, -1).mean(0), trace
 
@@ -234,6 +235,7 @@ class OVE(GPMethod):
         W^-1) + const``, so ``d/dK_psi = (a a^T - S B^-1 S) / 2`` (``a`` the posterior's
         ``alpha``), pulled back to ``K`` by :meth:`Pairs.pullback`. The value is returned with
         that first derivative attached (a linear surrogate), which is all a meta-gradient needs."""
+        K = dense(K)  # the pair-space algebra is dense (M x M)
         C, n = K.shape[0], K.shape[-1]
         K_fixed = K.detach()
         kappa = torch.full_like(w, 0.5)

@@ -1,0 +1,116 @@
+"""The runner at scale: a suite of many small cells, runner overhead against the cells' own time,
+and the time ``zoo report`` takes on the folder (issue 16; goals: overhead < 10% of the cells'
+time at 10,000 cells, report < 10 s).
+
+The cells' method is synthetic and defined here only (registered in a private copy of the plugin
+registry, never globally): nearest prototype of 4x4-pooled pixels with one learnable scale, so a
+training step or a test episode takes well under a millisecond of model work and everything else
+is the runner's. Cells are glyphs 2-way 1-shot, one training episode, a few test episodes, over
+``cells / 2`` seeds and two test data sets (glyphs and digits). The model's own time is
+``meta_loss`` + backward + the optimizer step + ``predict``, timed around those calls; the rest
+of the wall time of ``run_suite`` is overhead.
+
+    python benchmarks/runner/many_cells.py [--cells 10000] [--out DIR] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo import Episode, Method, Prediction
+from zoo.plugins import registry
+from zoo.runner.bench import run_suite
+from zoo.runner.report import write_report
+from zoo.runner.suite import suite_from_dict
+
+MODEL_TIME = [0.0]
+
+
+def timed(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            MODEL_TIME[0] += time.perf_counter() - start
+    return wrapper
+
+
+class PooledPrototypes(Method):
+    """Nearest class mean of 4x4 average-pooled images, logits scaled by one parameter."""
+
+    name = "pooled-prototypes"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def logits(self, episode: Episode) -> torch.Tensor:
+        def pool(x: torch.Tensor) -> torch.Tensor:
+            return F.adaptive_avg_pool2d(x, 4).flatten(1)
+
+        s, q = pool(episode.support_x), pool(episode.query_x)
+        onehot = F.one_hot(episode.support_y, episode.way).to(s.dtype)
+        prototypes = (onehot.T @ s) / onehot.sum(0)[:, None]
+        return -self.scale * torch.cdist(q, prototypes).pow(2)
+
+    def meta_loss(self, episode: Episode) -> torch.Tensor:
+        return F.cross_entropy(self.logits(episode), episode.query_y)
+
+    def predict(self, episode: Episode) -> Prediction:
+        return Prediction(torch.softmax(self.logits(episode), -1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cells", type=int, default=10_000)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--profile", action="store_true", help="print the runner's top functions")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    reg = registry()
+    if PooledPrototypes.name not in reg.names("methods"):
+        reg.register("methods", PooledPrototypes.name, PooledPrototypes, "benchmark")
+    PooledPrototypes.meta_loss = timed(PooledPrototypes.meta_loss)
+    PooledPrototypes.predict = timed(PooledPrototypes.predict)
+    torch.Tensor.backward = timed(torch.Tensor.backward)
+    torch.optim.Adam.step = timed(torch.optim.Adam.step)
+    suite = suite_from_dict("many-cells", {"suite": {
+        "description": "many millisecond cells", "methods": [PooledPrototypes.name],
+        "train_datasets": ["glyphs"], "test_datasets": ["glyphs", "digits"], "ways": [2],
+        "shots": [1], "query": 2, "train_query": 2, "seeds": list(range(args.cells // 2)),
+        "backbone": "mlp", "train_episodes": 1, "val_episodes": 1, "val_every": 1,
+        "test_episodes": 2, "checkpoint_every": 1}}, "benchmark", reg)
+    out = args.out or Path(tempfile.mkdtemp(prefix="zoo-many-cells-"))
+    profiler = cProfile.Profile() if args.profile else None
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    outcome = run_suite(suite, out=out, device="cpu", progress=False, registry=reg)
+    if profiler:
+        profiler.disable()
+    wall = time.perf_counter() - start
+    overhead = wall - MODEL_TIME[0]
+    print(f"{len(outcome.finished)} cells ({len(outcome.failed)} failed) in {wall:.1f} s: model "
+          f"{MODEL_TIME[0]:.2f} s, runner {overhead:.1f} s = {overhead / max(MODEL_TIME[0], 1e-9):.0f}x "
+          f"the model's time, {overhead / max(len(outcome.finished), 1) * 1e3:.1f} ms per cell")
+    start = time.perf_counter()
+    write_report(out, plots=False, registry=reg)
+    print(f"zoo report on {out}: {time.perf_counter() - start:.1f} s")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()

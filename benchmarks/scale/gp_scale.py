@@ -1,0 +1,211 @@
+"""Seconds and peak memory per test episode and per training step of the GP methods at large way
+x shot, side by side with ProtoNet (issue 16).
+
+For way in {5, 20, 50} x shot in {1, 5, 20} (15 queries per class in training and test, random
+28x28 images: the cost depends only on the sizes), every method on the same Conv4S backbone and
+the same episode: a test episode is ``predict`` under ``no_grad``, a training step is ``meta_loss``
++ backward + an Adam step. Methods of one cell are interleaved, ``--repeat`` rounds, and the
+median wall time is reported with its ratio to ProtoNet's. Peak memory is the growth of the
+process's peak resident set during one call on the CPU (``/proc/self/clear_refs`` resets it;
+glibc's default malloc, so freed buffers go back to the kernel) and ``max_memory_allocated`` on a
+GPU. GP methods use the cosine kernel unless ``--kernel`` names another (``default``: each
+method's own); ``--algebra`` overrides the route (default ``auto``, :mod:`zoo.gram`).
+
+A cell is skipped, and says why, when a method's algebra cannot fit: OVE conditions on its
+Polya-Gamma draws in the pair space of ``M = N (C - 1)`` one-vs-each differences (``chains``
+matrices of ``M x M``), beyond ``--max-pairs`` pairs.
+
+Then the Nystrom study: md-bfsc with the RBF kernel at 50-way 20-shot, exact (dense route) against
+``--inducing`` points, seconds and the largest error of the predictive probabilities.
+
+    python benchmarks/scale/gp_scale.py [--repeat 3] [--ways 5,20,50] [--shots 1,5,20]
+        [--device cuda] [--kernel cosine] [--methods ...] [--skip-nystrom] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from zoo import build_method
+from zoo.testing import toy_episode
+
+log = logging.getLogger("gp_scale")
+METHODS = ("protonet", "md-bfsc", "dkt", "ove", "logistic-softmax")
+
+
+class Peak:
+    """Peak memory growth of one call: device bytes on a GPU, resident set on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self) -> Peak:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.base = _status("VmRSS")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.bytes = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.bytes = _status("VmHWM") - self.base
+
+
+def _status(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def skip_reason(name: str, way: int, shot: int, query: int, max_pairs: int) -> str | None:
+    if name == "ove":
+        pairs = way * (shot + query) * (way - 1)  # the training objective's pair space
+        if pairs > max_pairs:
+            return f"pair space M={pairs} > {max_pairs}"
+    return None
+
+
+def build(name: str, way: int, kernel: str, algebra: str, device: torch.device, **hparams):
+    options = {} if name == "protonet" else {"algebra": algebra, **hparams}
+    k = None if name == "protonet" or kernel == "default" else kernel
+    return build_method(name, way=way, in_channels=1, image_size=28, backbone="conv4s", seed=0,
+                        kernel=k, **options).to(device)
+
+
+def cell(way: int, shot: int, args, device: torch.device) -> dict:
+    """One cell of the grid: every method's median seconds and peak bytes, test and train."""
+    episode = toy_episode(way, shot, query=args.query).to(device)
+    runs: dict[str, dict[str, Callable[[], object]]] = {}
+    out: dict[str, dict] = {}
+    for name in args.methods:
+        reason = skip_reason(name, way, shot, args.query, args.max_pairs)
+        if reason:
+            out[name] = {"skipped": reason}
+            continue
+        method = build(name, way, args.kernel, args.algebra, device)
+        opt = torch.optim.Adam(method.param_groups())
+
+        def test(m=method) -> None:
+            m.eval()
+            with torch.no_grad():
+                m.predict(episode)
+
+        def train(m=method, o=opt) -> None:
+            m.train()
+            o.zero_grad()
+            m.meta_loss(episode).backward()
+            o.step()
+
+        runs[name] = {"test": test, "train": train}
+        out[name] = {"test_s": [], "train_s": []}
+    for phase in ("test", "train"):
+        for name, fns in runs.items():  # warm-up and peak memory
+            with Peak(device) as peak:
+                fns[phase]()
+            out[name][f"{phase}_peak_mb"] = peak.bytes / 2**20
+        for _ in range(args.repeat):
+            for name, fns in runs.items():
+                out[name][f"{phase}_s"].append(timed(fns[phase], device))
+    for name in runs:
+        for phase in ("test", "train"):
+            out[name][f"{phase}_s"] = statistics.median(out[name][f"{phase}_s"])
+    return out
+
+
+def nystrom_study(args, device: torch.device) -> list[dict]:
+    """md-bfsc, RBF kernel, 50-way 20-shot test episode: dense against Nystrom factors."""
+    episode = toy_episode(50, 20, query=args.query).to(device)
+    rows, exact = [], None
+    for route, m in [("dense", None), *(("nystrom", m) for m in args.inducing)]:
+        hp = {"inducing": m} if m else {}
+        method = build("md-bfsc", 50, "rbf", route, device, **hp).eval()
+        with torch.no_grad():
+            seconds = timed(lambda: method.predict(episode), device)  # noqa: B023
+            mats = method.kernel_matrices(episode)
+            probs, _ = method.query_probs(episode, steps=method.hparams["steps_test"],
+                                          rho=method.hparams["rho_test"],
+                                          samples=method.hparams["samples_test"])
+        if exact is None:
+            exact = probs
+        rows.append({"route": route, "inducing": m, "seconds": seconds,
+                     "max_abs_prob_error": float((probs - exact).abs().max()),
+                     "rank": getattr(mats.Kss, "rank", None)})
+        print(f"  {route:>8} {m or '':>5}  {seconds:8.2f} s  max |p - p_exact| = "
+              f"{rows[-1]['max_abs_prob_error']:.2e}", flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--ways", default="5,20,50")
+    p.add_argument("--shots", default="1,5,20")
+    p.add_argument("--query", type=int, default=15)
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--kernel", default="cosine", help="GP kernel, or 'default' (each method's)")
+    p.add_argument("--algebra", default="auto", help="GP algebra route (zoo.gram)")
+    p.add_argument("--max-pairs", type=int, default=4000, help="largest OVE pair space")
+    p.add_argument("--inducing", default="64,256", help="Nystrom inducing points to compare")
+    p.add_argument("--skip-nystrom", action="store_true")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    args.methods = args.methods.split(",")
+    args.inducing = [int(m) for m in args.inducing.split(",")]
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    print(f"device {device}, {args.threads} thread(s), kernel {args.kernel}, algebra "
+          f"{args.algebra}, median of {args.repeat} interleaved rounds, {args.query} queries/class")
+    print(f"{'way':>4} {'shot':>4} {'method':>17} {'test s':>8} {'x proto':>7} {'MB':>7} "
+          f"{'train s':>8} {'x proto':>7} {'MB':>7}")
+    results = []
+    for way in map(int, args.ways.split(",")):
+        for shot in map(int, args.shots.split(",")):
+            res = cell(way, shot, args, device)
+            proto = res.get("protonet", {})
+            for name, r in res.items():
+                results.append({"way": way, "shot": shot, "method": name, **r})
+                if "skipped" in r:
+                    print(f"{way:>4} {shot:>4} {name:>17}  skipped: {r['skipped']}")
+                    continue
+                rt = r["test_s"] / proto["test_s"] if proto else float("nan")
+                rr = r["train_s"] / proto["train_s"] if proto else float("nan")
+                print(f"{way:>4} {shot:>4} {name:>17} {r['test_s']:8.3f} {rt:7.2f} "
+                      f"{r['test_peak_mb']:7.0f} {r['train_s']:8.3f} {rr:7.2f} "
+                      f"{r['train_peak_mb']:7.0f}", flush=True)
+    nystrom = []
+    if not args.skip_nystrom:
+        print("md-bfsc, RBF kernel, 50-way 20-shot test episode: exact (dense) vs Nystrom")
+        nystrom = nystrom_study(args, device)
+    if args.json:
+        args.json.write_text(json.dumps({"grid": results, "nystrom": nystrom}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Kernel matrices by a finite feature factor, ``K = L R^T``, and the choice of the algebra route.
+
+A kernel with a finite feature map ``phi`` of dimension ``D`` (linear, cosine, BatchNorm-cosine,
+low-order polynomial) has ``K = Phi Phi^T``; a Nystrom approximation (Williams & Seeger, NIPS 2001)
+gives any kernel such a factor from ``m`` inducing points, ``Phi = K_nm L_mm^-T``. On a factor the
+Gaussian-site algebra of :mod:`zoo.gp` runs in ``D x D`` (Woodbury on ``B = I + S K S``) instead of
+``N x N``: ``O(N D^2)`` per factorisation instead of ``O(N^3)``. :class:`FeatureGram` stands in for
+the dense ``[..., n1, n2]`` matrix wherever the GP methods pass one around (shape, diagonal,
+indexing by class, ``detach``), so a method's inner loop is the same code on either route.
+
+Routes (the GP methods' hyper-parameter ``algebra``): ``dense`` (batched Cholesky of ``N x N``),
+``features`` (the kernel's exact feature map), ``nystrom`` (``inducing`` points, approximate) and
+``auto``: ``features`` when the kernel has a map and its per-factorisation cost ``2 N D^2 + D^3 / 3``
+is below the dense ``4 N^3 / 3`` (a Cholesky and the triangular solve for the marginals), else
+``dense``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+ROUTES = ("auto", "dense", "features", "nystrom")
+
+
+@dataclass(frozen=True)
+class FeatureGram:
+    """``K = left @ right^T``, ``[..., n1, n2]``, from factors ``[..., n1, D]`` and ``[..., n2, D]``.
+
+    A square Gram matrix of one point set has ``left is right``."""
+
+    left: Tensor
+    right: Tensor
+
+    @classmethod
+    def of(cls, phi: Tensor) -> FeatureGram:
+        return cls(phi, phi)
+
+    @property
+    def shape(self) -> torch.Size:
+        batch = torch.broadcast_shapes(self.left.shape[:-2], self.right.shape[:-2])
+        return torch.Size((*batch, self.left.shape[-2], self.right.shape[-2]))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.left.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.left.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.left.requires_grad or self.right.requires_grad
+
+    @property
+    def rank(self) -> int:
+        return self.left.shape[-1]
+
+    def new_zeros(self, *size: int) -> Tensor:
+        return self.left.new_zeros(*size)
+
+    def detach(self) -> FeatureGram:
+        return FeatureGram(self.left.detach(), self.right.detach())
+
+    def to(self, dtype: torch.dtype) -> FeatureGram:
+        return FeatureGram(self.left.to(dtype), self.right.to(dtype))
+
+    def diagonal(self, dim1: int = -2, dim2: int = -1) -> Tensor:
+        """The diagonal ``[..., n]`` of a square Gram matrix."""
+        if (dim1, dim2) != (-2, -1) or self.left.shape[-2] != self.right.shape[-2]:
+            raise ValueError("FeatureGram.diagonal: only the last two axes of a square matrix")
+        return (self.left * self.right).sum(-1)
+
+    def dense(self) -> Tensor:
+        return self.left @ self.right.transpose(-1, -2)
+
+    def expand(self, batch: int) -> FeatureGram:
+        """One copy per class along a new leading axis when the factors have none."""
+        return FeatureGram(*(t.expand(batch, *t.shape[-2:]) if t.ndim == 2 else t
+                             for t in (self.left, self.right)))
+
+    def __getitem__(self, index: int | slice) -> FeatureGram:
+        return FeatureGram(*(t[index] if t.ndim > 2 else t for t in (self.left, self.right)))
+
+    def __matmul__(self, x: Tensor) -> Tensor:
+        return self.left @ (self.right.transpose(-1, -2) @ x)
+
+
+Gram = Tensor | FeatureGram
+
+
+def dense(K: Gram) -> Tensor:
+    """``K`` as a dense tensor (a no-op for one)."""
+    return K.dense() if isinstance(K, FeatureGram) else K
+
+
+def nystrom_factor(K_nm: Tensor, K_mm: Tensor, cholesky) -> Tensor:
+    """``Phi = K_nm L_mm^-T`` with ``L_mm L_mm^T = K_mm``, so ``Phi Phi^T = K_nm K_mm^-1 K_mn``
+    (the Nystrom approximation of ``K_nn``); ``cholesky`` factorises ``K_mm`` (the jitter policy)."""
+    L = cholesky(K_mm)
+    return torch.linalg.solve_triangular(L, K_nm.transpose(-1, -2), upper=False).transpose(-1, -2)
+
+
+def inducing_index(n: int, m: int, device: torch.device) -> Tensor:
+    """``min(m, n)`` evenly spaced indices of ``n`` points: with an episode's points ordered by
+    class, every class gets its share of inducing points; deterministic, so no seed is needed."""
+    m = min(m, n)
+    return torch.linspace(0, n - 1, m, device=device).round().long()
+
+
+def choose_route(route: str, n: int, map_dim: int | None) -> str:
+    """The route for ``n`` labelled points (see the module docstring); ``map_dim`` is the
+    dimension of the kernel's feature map, ``None`` when it has none."""
+    if route not in ROUTES:
+        raise ValueError(f"unknown GP algebra route {route!r}; use one of {', '.join(ROUTES)}")
+    if route == "features" and map_dim is None:
+        raise ValueError("algebra=features needs a kernel with a finite feature map (linear, "
+                         "cosine, bncosine, polynomial of order <= 2); use dense or nystrom")
+    if route != "auto":
+        return route
+    if map_dim is not None and 2 * n * map_dim**2 + map_dim**3 / 3 < 4 * n**3 / 3:
+        return "features"
+    return "dense"
