@@ -19,7 +19,7 @@ from typing import Any
 
 from zoo.errors import HyperParameterError, ZooError
 from zoo.method import resolve_hparams
-from zoo.runner.suite import Suite, SuiteError
+from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel
 from zoo.tasks.base import Task
 
 RUN_ONLY = ("checkpoint_every", "max_bad_steps")
@@ -129,7 +129,23 @@ def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> 
     cells = []
     for s in suite.part_settings():
         cells += _part_cells(suite, s, methods, registry)
+    _check_kernel_tables(suite, methods)
     return list({c.hash: c for c in cells}.values())
+
+
+def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
+    """Every key of a per-data-set kernel table names a training data set of the suite (a typo
+    would silently fall back to the method's kernel)."""
+    from zoo.spec import parse_spec
+
+    trained = {t for s in suite.part_settings() for t in s["train_datasets"]}
+    known = trained | {parse_spec(t)[0] for t in trained}
+    for m in methods:
+        unused = sorted(set(suite.method_overrides.get(m, {}).get(PER_DATASET, {})) - known)
+        if unused:
+            raise SuiteError(f"suite {suite.name!r}: [methods.{m}.{PER_DATASET}] names "
+                             f"{unused}, which the suite does not train on; its training data "
+                             f"sets are {sorted(trained)}")
 
 
 def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
@@ -154,13 +170,14 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                     given = {**suite.method_overrides.get(m, {}),
                              **{k: v for k, v in s["hparams"].items() if k in owned[m]}}
                     method_kernel = given.pop("kernel", None) if cls.uses_kernel else None
+                    per_dataset = given.pop(PER_DATASET, {})
                     try:
                         hparams = resolve_hparams(cls, given)
                         train_episodes = task.train_episodes(s["train_episodes"], shape)
                     except (HyperParameterError, ZooError) as exc:
                         raise SuiteError(f"suite {suite.name!r}: {exc}") from None
-                    kernel = (method_kernel or s["kernel"] or cls.default_kernel
-                              if cls.uses_kernel else None)
+                    kernel = (dataset_kernel(per_dataset, train) or method_kernel
+                              or s["kernel"] or cls.default_kernel if cls.uses_kernel else None)
                     for test in tests:
                         cells.append(Cell(
                             method=m, hparams=hparams, train_dataset=train, dataset=test,

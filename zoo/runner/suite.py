@@ -17,6 +17,10 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
     [methods.md-bfsc]            # a method that uses a kernel may have its own (--set
     kernel = "cosine"            #   md-bfsc.kernel=...), over the suite's `kernel`
 
+    [methods.md-bfsc.kernel_per_dataset]   # ... and one per training data set, over both: a
+    cub = "cosine"                         #   key is a data set as the suite names it or its
+    omniglot = "rbf"                       #   base name (``omniglot`` for ``omniglot[...]``)
+
     [[part]]                     # optional: each part overrides [suite] settings for its cells;
     variant = "steps=5"          #   with a variant label and hyper-parameters it is one row of
     hparams = {inner_steps = 5}  #   an ablation table ("maml steps=5")
@@ -152,6 +156,9 @@ def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
         raise SuiteError(f"suite {name!r} ({source}): a [settings] table is for suites with an "
                          "entry function; put cell settings in [suite]")
     overrides = {m: dict(h) for m, h in dict(raw.get("methods", {})).items()}
+    for m, h in overrides.items():
+        if PER_DATASET in h:
+            h[PER_DATASET] = _check_kernel_table(m, h[PER_DATASET], where, registry)
     references = {d: {k: float(v) for k, v in r.items()}
                   for d, r in dict(raw.get("references", {})).items()}
     parts = []
@@ -163,6 +170,44 @@ def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
                       for k, v in p.items()})
     return Suite(name, settings, overrides, references, source, dict(raw.get("settings", {})),
                  parts)
+
+
+PER_DATASET = "kernel_per_dataset"
+"""The ``[methods.NAME]`` key of a per-training-data-set kernel table (see the module doc)."""
+
+
+def _check_kernel_table(method: str, table: Any, where: str, registry: Any) -> dict[str, str]:
+    """``{data set: kernel spec}`` for a method that uses a kernel, every kernel registered."""
+    from zoo.spec import parse_spec
+
+    reg = _registry(registry)
+    try:
+        cls = reg.get("methods", method)
+    except UnknownNameError as exc:
+        raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}]: {exc}") from None
+    if not getattr(cls, "uses_kernel", False):
+        raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}]: {method} uses no kernel; "
+                         "remove the table")
+    if not isinstance(table, Mapping) or not all(isinstance(v, str) for v in table.values()):
+        raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}] must map data set names to "
+                         f"kernel specs (strings), e.g. cub = \"cosine\"; got {table!r}")
+    for dataset, spec in table.items():
+        try:
+            reg.get("kernels", parse_spec(spec, "kernel")[0])
+        except (UnknownNameError, SpecError) as exc:
+            raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}] {dataset} = {spec!r}: "
+                             f"{exc}") from None
+    return {str(k): str(v) for k, v in table.items()}
+
+
+def dataset_kernel(table: Mapping[str, str], train_dataset: str) -> str | None:
+    """The kernel a per-data-set table gives ``train_dataset``: its exact name first, then its
+    base name (``omniglot`` for ``omniglot[protocol=no-latin]``); ``None`` if neither is listed."""
+    from zoo.spec import parse_spec
+
+    if train_dataset in table:
+        return table[train_dataset]
+    return table.get(parse_spec(train_dataset)[0])
 
 
 def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -> Any:
