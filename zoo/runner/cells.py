@@ -32,6 +32,8 @@ class Cell:
 
     ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
     version, code digest) is: a result made by other code under the same name is another cell.
+    ``val_dataset`` (empty: the training data set) gives the validation episodes; part of the
+    training's identity when set.
     """
 
     method: str
@@ -51,15 +53,17 @@ class Cell:
     max_bad_steps: int = 20
     variant: str = ""
     provenance: dict[str, Any] | None = None
+    val_dataset: str = ""
 
     BASE_TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "seed",
                        "train_episodes", "val_episodes", "val_every")
 
     def config(self) -> dict[str, Any]:
-        """The resolved configuration that names the cell (``variant`` and ``provenance`` only
-        when set, ``task`` only when not classification)."""
+        """The resolved configuration that names the cell (``variant``, ``provenance`` and
+        ``val_dataset`` only when set, ``task`` only when not classification)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance")}
+               if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance",
+                                 "val_dataset")}
         out |= self.shape
         if self.task.name != "classification":
             out["task"] = self.task.name
@@ -67,12 +71,14 @@ class Cell:
             out["variant"] = self.variant
         if self.provenance:
             out["provenance"] = self.provenance
+        if self.val_dataset:
+            out["val_dataset"] = self.val_dataset
         return out
 
     def train_config(self) -> dict[str, Any]:
         config = self.config()
         out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys)}
-        for optional in ("task", "provenance"):
+        for optional in ("task", "provenance", "val_dataset"):
             if optional in config:
                 out[optional] = config[optional]
         return out
@@ -187,5 +193,6 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                             test_episodes=int(s["test_episodes"]), task=task, shape=dict(shape),
                             checkpoint_every=int(s["checkpoint_every"]),
                             max_bad_steps=int(s["max_bad_steps"]), variant=str(s["variant"]),
-                            provenance=registry.provenance("methods", m)))
+                            provenance=registry.provenance("methods", m),
+                            val_dataset=str(s["val_dataset"])))
     return cells

@@ -7,6 +7,9 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
     methods = "*"                # every registered method of the kind, or a list of names
     train_datasets = ["glyphs"]
     test_datasets = ["glyphs", "digits"]   # scored with each model; empty: the training data set
+    val_dataset = "emnist"       # whose "val" split selects the model and fits the temperature;
+                                 #   empty: the training data set's (a cross-domain protocol's
+                                 #   validation classes come from the target domain)
     ways = [5]                   # classification's shape settings (regression: context_sizes...)
     shots = [1, 5]
     train_episodes = 200         # or per shot: {1 = 600, 5 = 400}
@@ -54,6 +57,7 @@ SETTINGS: dict[str, Any] = {
     "methods": "*",
     "train_datasets": ["glyphs"],
     "test_datasets": [],
+    "val_dataset": "",
     "seeds": [0],
     "backbone": "",
     "kernel": "",

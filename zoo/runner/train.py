@@ -103,8 +103,10 @@ def validate(method: nn.Module, cell: Cell, dataset: Any) -> tuple[float, dict[s
 
 
 def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: Any,
-                progress: bool = False) -> TrainedModel:
-    """Train (or resume, or just load) the model of ``cell`` in ``folder``."""
+                progress: bool = False, val_data: Any = None) -> TrainedModel:
+    """Train (or resume, or just load) the model of ``cell`` in ``folder``; ``val_data`` (the
+    cell's ``val_dataset``; default ``dataset``) gives the validation episodes."""
+    val_data = dataset if val_data is None else val_data
     check_same_config(folder, cell.train_config())
     task = cell.task
     method = build_for_cell(cell, dataset, device, registry)
@@ -134,7 +136,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                  cell.train_episodes)
 
     # nothing to select among without training: the untrained model, temperature 1
-    validating = has_split(dataset, "val") and cell.val_episodes > 0 and cell.train_episodes > 0
+    validating = has_split(val_data, "val") and cell.val_episodes > 0 and cell.train_episodes > 0
     meta_batch = method.meta_batch
     sample = task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
@@ -144,7 +146,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                      "state": vars(state), "rng": rng_state()}, ckpt_path)
 
     def run_validation() -> None:
-        score, payload = validate(method, cell, dataset)
+        score, payload = validate(method, cell, val_data)
         state.curve[-1][task.selection_key] = score
         if score > state.best_val:
             state.best_val, state.best_episode = score, state.episode
@@ -225,7 +227,8 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
         selection = "best " + cell.task.selection_key.replace("val_", "validation ")
     elif cell.train_episodes > 0 and any(True for _ in method.parameters()):
         log.warning("%s: data set %r has no validation split; using the last checkpoint and "
-                    "no temperature scaling", cell.label, cell.train_dataset)
+                    "no temperature scaling (a suite's val_dataset names another data set's)",
+                    cell.label, cell.val_dataset or cell.train_dataset)
     method.eval()
     info = {"train_seconds": state.seconds, "skipped_steps": state.skipped_steps,
             cell.task.selection_key: state.best_val if validating else None,
