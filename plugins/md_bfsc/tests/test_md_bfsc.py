@@ -278,12 +278,21 @@ def test_convergence_suite_writes_the_documented_json_and_figures(tmp_path):
 
     run(tmp_path, None, "cpu", {"shots": [1], "episodes": 1, "query": 2, "inner_iterations": 3,
                                 "outer_iterations": 2, "md_rhos": [1.0], "gd_rhos": [0.1],
-                                "gd_moment_rhos": [1e-3]})
+                                "gd_moment_rhos": [1e-3], "val_every": 1, "val_episodes": 1})
     out = json.loads((tmp_path / "convergence.json").read_text())
     for variant in ("md", "gd", "gd_moment"):
         assert len(out["inner"][variant]["1-shot"]) == 4
         assert out["inner_best"][variant]["1-shot"]["rho"] > 0
     for variant in ("md", "gd"):
         assert len(out["outer"][variant]["1-shot"]) == 2
+        val = out["outer_val"][variant]["1-shot"]
+        assert [v["iteration"] for v in val] == [0, 1, 2] and 0 <= val[-1]["accuracy"] <= 1
     assert out["inner_best"]["md"]["1-shot"]["elbo"][-1] > out["inner"]["md"]["1-shot"][0]
     assert (tmp_path / "inner.png").stat().st_size > 0 and (tmp_path / "outer.png").exists()
+
+
+def test_convergence_study_refuses_to_choose_step_sizes_on_test_episodes(tmp_path):
+    from zoo_md_bfsc.convergence import run
+
+    with pytest.raises(ValueError, match="never the test split"):
+        run(tmp_path, None, "cpu", {"split": "test"})
