@@ -196,6 +196,33 @@ def test_moment_gradient_descent_diverging_names_the_episode():
                          episode="toy/test#3")
 
 
+
+@pytest.mark.parametrize("parameterisation, rho", [("moment", 1.0), ("whitened", 1.0)])
+def test_gradient_descent_divergence_raises_instead_of_jitter_repair(parameterisation, rho):
+    """A step that makes the covariance indefinite is a divergence: it raises naming the episode,
+    and the jitter policy (for the prior's K only) is never used on the iterate, whose jittered
+    factor would give the KL a different Gaussian than the variances."""
+    from zoo.jitter import JitterPolicy
+
+    K = random_spd(2, 6, seed=10) * (1e-2 if parameterisation == "moment" else 100.0)
+    onehot = torch.nn.functional.one_hot(torch.arange(6) % 2, 2).to(DTYPE)
+    lik = SoftmaxLikelihood(onehot, standard_normal_draws(64, 2, seed=1))
+    jitter = JitterPolicy()
+    with pytest.raises(NumericalError, match="toy/test#3.*diverged"):
+        gradient_descent(K, lik, steps=20, rho=rho, parameterisation=parameterisation,
+                         jitter=jitter, episode="toy/test#3")
+    assert jitter.uses == 0
+
+
+def test_covariance_factor_never_jitters_a_barely_indefinite_iterate():
+    from zoo.variational import covariance_factor
+
+    S = torch.eye(3, dtype=DTYPE)
+    S[2, 2] = -1e-12  # one jitter step would have "repaired" it
+    with pytest.raises(NumericalError, match="episode e#1.*not positive definite"):
+        covariance_factor(S, "whitened covariance S", "e#1")
+
+
 # -- the methods --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["md-bfsc", "gd-bfsc"])

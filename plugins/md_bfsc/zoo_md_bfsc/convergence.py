@@ -41,6 +41,7 @@ from zoo import EpisodeSampler, build_method
 from zoo.errors import NumericalError
 from zoo.io import atomic_write_json
 from zoo.plugins import load_dataset
+from zoo.spec import parse_spec
 from zoo_md_bfsc.method import MDBFSC
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
     cfg = {**DEFAULTS, **(settings or {})}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(cfg["dataset"], data_dir=data_dir)
+    name, options = parse_spec(cfg["dataset"])
+    ds = load_dataset(name, data_dir=data_dir, **options)
     build = {"way": cfg["way"], "in_channels": ds.in_channels, "image_size": ds.image_size,
              "seed": cfg["seed"]}
     result: dict[str, Any] = {"inner": {v: {} for v in VARIANTS}, "inner_best": {v: {} for v in VARIANTS},
