@@ -22,13 +22,14 @@ from zoo.method import resolve_hparams
 from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel
 from zoo.tasks.base import Task
 
-RUN_ONLY = ("checkpoint_every", "max_bad_steps")
+RUN_ONLY = ("checkpoint_every", "max_bad_steps", "max_skipped_fraction")
 
 
 @dataclass(frozen=True)
 class Cell:
     """One model (method, hyper-parameters, training data, shape of episodes, seed) scored on one
-    test data set. ``checkpoint_every`` and ``max_bad_steps`` are not part of its identity.
+    test data set. ``checkpoint_every``, ``max_bad_steps`` and ``max_skipped_fraction`` are not
+    part of its identity.
 
     ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
     version, code digest) is: a result made by other code under the same name is another cell.
@@ -51,6 +52,7 @@ class Cell:
     shape: dict[str, Any] = field(default_factory=dict)
     checkpoint_every: int = 50
     max_bad_steps: int = 20
+    max_skipped_fraction: float = 0.01
     variant: str = ""
     provenance: dict[str, Any] | None = None
     val_dataset: str = ""
@@ -192,7 +194,9 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                             val_episodes=int(s["val_episodes"]), val_every=int(s["val_every"]),
                             test_episodes=int(s["test_episodes"]), task=task, shape=dict(shape),
                             checkpoint_every=int(s["checkpoint_every"]),
-                            max_bad_steps=int(s["max_bad_steps"]), variant=str(s["variant"]),
+                            max_bad_steps=int(s["max_bad_steps"]),
+                            max_skipped_fraction=float(s["max_skipped_fraction"]),
+                            variant=str(s["variant"]),
                             provenance=registry.provenance("methods", m),
                             val_dataset=str(s["val_dataset"])))
     return cells

@@ -67,6 +67,7 @@ SETTINGS: dict[str, Any] = {
     "test_episodes": 600,
     "checkpoint_every": 50,
     "max_bad_steps": 20,
+    "max_skipped_fraction": 0.01,
     "requires": [],
     "report_error": False,
     "variant": "",
@@ -74,8 +75,10 @@ SETTINGS: dict[str, Any] = {
     "entry": "",
 }
 """Settings of every suite and their defaults; the suite's task kind adds its shape settings
-(:attr:`zoo.tasks.Task.settings`). ``checkpoint_every`` and ``max_bad_steps`` steer the run but do
-not change its result, so they are not part of a cell's identity. ``hparams`` (usually in a
+(:attr:`zoo.tasks.Task.settings`). ``checkpoint_every``, ``max_bad_steps`` (non-finite training
+steps in a row that stop a training) and ``max_skipped_fraction`` (the fraction of all training
+steps that may be skipped as non-finite before the cell fails) steer the run but do not change its
+result, so they are not part of a cell's identity. ``hparams`` (usually in a
 ``[[part]]``) sets hyper-parameters of every method of the part that has them, over
 ``[methods.*]``; ``variant`` labels those cells, so that the report shows them as their own row
 ``"METHOD VARIANT"`` (a one-factor-at-a-time study: one labelled part per value). The label is part

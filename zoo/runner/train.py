@@ -40,6 +40,7 @@ class TrainState:
     best_val: float = -math.inf
     best_episode: int = -1
     seconds: float = 0.0
+    steps: int = 0
     skipped_steps: int = 0
     bad_run: int = 0
     curve: list[dict[str, Any]] = field(default_factory=list)
@@ -191,6 +192,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                     f"or gradient (last at episode {state.episode}, "
                     f"{sample(state.episode).id}); lower the learning rate "
                     f"(--set {cell.method}.lr=...) or check the data")
+        state.steps += 1
         state.episode += n
         state.seconds += time.perf_counter() - start
         bar.update(n)
@@ -209,7 +211,19 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
             save_checkpoint()
             last_checkpoint = state.episode
     bar.close()
+    check_skipped(cell, state)
     return _finish(cell, folder, method, state, validating, device)
+
+
+def check_skipped(cell: Cell, state: TrainState) -> None:
+    """Fail the cell when more than ``max_skipped_fraction`` of its training steps were skipped
+    as non-finite: its model was trained on a filtered stream of episodes, not the suite's."""
+    if state.steps and state.skipped_steps > cell.max_skipped_fraction * state.steps:
+        raise NumericalError(
+            f"{cell.label}: {state.skipped_steps} of {state.steps} training steps "
+            f"({100 * state.skipped_steps / state.steps:.1f}%) were skipped as non-finite, more "
+            f"than max_skipped_fraction = {cell.max_skipped_fraction}; lower the learning rate "
+            f"(--set {cell.method}.lr=...) or, knowingly, raise --set max_skipped_fraction=...")
 
 
 def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, validating: bool,
@@ -231,6 +245,7 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
                     cell.label, cell.val_dataset or cell.train_dataset)
     method.eval()
     info = {"train_seconds": state.seconds, "skipped_steps": state.skipped_steps,
+            "training_steps": state.steps,
             cell.task.selection_key: state.best_val if validating else None,
             "best_episode": state.best_episode if validating else state.episode,
             "selection": selection, "curve": state.curve, "counters": method.counters()}
