@@ -11,6 +11,7 @@ from torch import Tensor
 from zoo_md_bfsc.inference import gradient_descent, mirror_descent
 from zoo_md_bfsc.method import MDBFSC
 
+from zoo import Episode
 from zoo.backbones import Backbone
 from zoo.errors import NumericalError
 from zoo.expectations import standard_normal_draws
@@ -342,3 +343,41 @@ def test_convergence_study_refuses_to_choose_step_sizes_on_test_episodes(tmp_pat
 
     with pytest.raises(ValueError, match="never the test split"):
         run(tmp_path, None, "cpu", {"split": "test"})
+
+
+@pytest.mark.parametrize("loss", ["elbo", "predictive"])
+def test_meta_gradient_equals_finite_differences(loss):
+    """The meta-gradient through the unrolled inner loop (mirror descent, sites, Cholesky, the
+    expectation rule's fixed draws) against central differences of the meta-loss in the kernel's
+    lengthscale and the features' scale."""
+    from zoo.testing import IdentityBackbone
+
+    g = torch.Generator().manual_seed(0)
+    sx, qx = torch.randn(6, 3, generator=g), torch.randn(6, 3, generator=g)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    ep = Episode(sx.double(), y, qx.double(), y, way=3, shot=2, info={"seed": 7})
+    method = MDBFSC(IdentityBackbone(3, learnable=True), way=3, kernel=RBFKernel(3),
+                    loss=loss, samples_train=64, normalize=False).double()
+    params = [method.backbone.scale, method.kernel.raw_lengthscale]
+
+    def meta_loss() -> Tensor:
+        """``meta_loss`` before its cast to float32 (which would swamp the differences)."""
+        if loss == "predictive":
+            probs, _ = method.query_probs(ep, steps=3, rho=1.0, samples=64)
+            return -probs[torch.arange(6), y].log().mean()
+        K, labels = method.labelled_kernel(ep)
+        return -method.run_inner(K, labels, ep, steps=3, rho=1.0, samples=64,
+                                 final_elbo=True).final_elbo / labels.numel()
+
+    with torch.no_grad():
+        assert float(meta_loss()) == pytest.approx(float(method.meta_loss(ep)), rel=1e-6)
+    grads = torch.autograd.grad(meta_loss(), params)
+    h = 1e-2  # the per-draw work is float32 (~1e-7): smaller steps difference its rounding
+    for p, grad in zip(params, grads):
+        with torch.no_grad():
+            p += h
+            up = float(meta_loss())
+            p -= 2 * h
+            down = float(meta_loss())
+            p += h
+        assert float(grad) == pytest.approx((up - down) / (2 * h), rel=1e-3, abs=1e-6)
