@@ -156,6 +156,8 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
         if cfg["val_every"] and i % cfg["val_every"] == 0:
             loss, accuracy = _validation(method, val_episodes)
             curve.append({"iteration": i, "loss": loss, "accuracy": accuracy})
+            log.info("outer %s %d-shot, iteration %d: validation loss %.4f, accuracy %.3f",
+                     variant, shot, i, loss, accuracy)
         optimizer.zero_grad()
         try:
             loss = method.meta_loss(sampler[i].to(device))
