@@ -25,3 +25,15 @@ def test_a_backbone_spec_sets_its_options():
                            ["protonet"])
     method = build_for_cell(cell, load_dataset("glyphs"), "cpu", registry())
     assert method.features(toy_episode(3, 1).query_x).shape[-1] == 8  # 8 channels of 1x1 maps
+
+
+def test_md_vs_protonet_study_varies_one_factor_of_md_bfsc():
+    suite = load_suite("md-vs-protonet")
+    cells = [c for c in expand_cells(suite, ["protonet", "md-bfsc"]) if c.seed == 0
+             and c.shape["shot"] == 1]
+    md = {c.variant: c for c in cells if c.method == "md-bfsc"}
+    assert md["default"].kernel == "rbf" and md["kernel=COS"].kernel == "cosine"
+    assert md["kernel_lr=1e-2"].hparams["kernel_lr"] == 1e-2
+    assert not md["normalize=false"].hparams["normalize"]
+    proto = {c.train_hash for c in cells if c.method == "protonet"}
+    assert len(proto) == 1  # the reference is trained once, whatever the part's label
