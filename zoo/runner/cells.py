@@ -20,6 +20,7 @@ from typing import Any
 from zoo.errors import HyperParameterError, ZooError
 from zoo.method import resolve_hparams
 from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel
+from zoo.spec import parse_spec
 from zoo.tasks.base import Task
 
 RUN_ONLY = ("checkpoint_every", "max_bad_steps", "max_skipped_fraction")
@@ -144,8 +145,6 @@ def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> 
 def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
     """Every key of a per-data-set kernel table names a training data set of the suite (a typo
     would silently fall back to the method's kernel)."""
-    from zoo.spec import parse_spec
-
     trained = {t for s in suite.part_settings() for t in s["train_datasets"]}
     known = trained | {parse_spec(t)[0] for t in trained}
     for m in methods:

@@ -49,7 +49,7 @@ import tomllib
 
 from zoo.errors import UnknownNameError
 from zoo.runner.validate import check_settings
-from zoo.spec import SpecError, parse_value
+from zoo.spec import SpecError, parse_spec, parse_value
 
 SETTINGS: dict[str, Any] = {
     "description": "",
@@ -185,8 +185,6 @@ PER_DATASET = "kernel_per_dataset"
 
 def _check_kernel_table(method: str, table: Any, where: str, registry: Any) -> dict[str, str]:
     """``{data set: kernel spec}`` for a method that uses a kernel, every kernel registered."""
-    from zoo.spec import parse_spec
-
     reg = _registry(registry)
     try:
         cls = reg.get("methods", method)
@@ -210,8 +208,6 @@ def _check_kernel_table(method: str, table: Any, where: str, registry: Any) -> d
 def dataset_kernel(table: Mapping[str, str], train_dataset: str) -> str | None:
     """The kernel a per-data-set table gives ``train_dataset``: its exact name first, then its
     base name (``omniglot`` for ``omniglot[protocol=no-latin]``); ``None`` if neither is listed."""
-    from zoo.spec import parse_spec
-
     if train_dataset in table:
         return table[train_dataset]
     return table.get(parse_spec(train_dataset)[0])
