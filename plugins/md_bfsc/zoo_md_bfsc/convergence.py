@@ -171,6 +171,8 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
     if cfg["val_every"]:
         loss, accuracy = _validation(method, val_episodes)
         curve.append({"iteration": cfg["outer_iterations"], "loss": loss, "accuracy": accuracy})
+        log.info("outer %s %d-shot, iteration %d: validation loss %.4f, accuracy %.3f",
+                 variant, shot, cfg["outer_iterations"], loss, accuracy)
     return losses, curve
 
 
