@@ -84,10 +84,11 @@ def test_linear_kernel_gp_equals_gaussian_last_layer(estimator):
 
 
 def inline_labelled_kernel(method: GPMethod, episode: Episode) -> Tensor:
-    """The labelled kernel matrix as dkt, ove and logistic-softmax built it inline."""
+    """The labelled kernel matrix as dkt, ove and logistic-softmax built it inline (now from
+    float64 features, as the core builds it)."""
     x = torch.cat([episode.support_x, episode.query_x])
-    z = method.kernel.prepare(check_finite(method.features(x), "features", episode))
-    K = check_finite(method.kernel.gram(z, z), "kernel matrix", episode).to(DTYPE)
+    z = method.kernel.prepare(check_finite(method.features(x), "features", episode)).to(DTYPE)
+    K = check_finite(method.kernel.gram(z, z), "kernel matrix", episode)
     return K.expand(episode.way, *K.shape[-2:])
 
 
@@ -96,8 +97,8 @@ def md_bfsc_labelled_kernel(method: GPMethod, episode: Episode) -> Tensor:
     support and query together."""
     x = torch.cat([episode.support_x, episode.query_x])
     n = x.shape[0]
-    z = method.kernel.prepare(check_finite(method.features(x), "features", episode))
-    K = check_finite(method.kernel.gram(z[:n], z[:n]), "kernel matrix", episode).to(DTYPE)
+    z = method.kernel.prepare(check_finite(method.features(x), "features", episode)).to(DTYPE)
+    K = check_finite(method.kernel.gram(z[:n], z[:n]), "kernel matrix", episode)
     return K.expand(episode.way, *K.shape[-2:]) if K.ndim == 2 else K
 
 
@@ -116,3 +117,27 @@ def test_one_kernel_builder_equals_each_plugins_former_inline_code(name, referen
         n = episode.support_x.shape[0]
         assert torch.allclose(mats.Kss, K[:, :n, :n]) and torch.allclose(mats.Ksq, K[:, :n, n:])
         assert torch.allclose(mats.kqq, torch.diagonal(K[:, n:, n:], dim1=-2, dim2=-1))
+
+
+class Offset(Backbone):
+    """float32 features far from the origin and close to each other: their squared distances
+    cancel catastrophically in float32."""
+
+    feature_dim = D
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (1e3 + 1e-2 * x.flatten(1)[:, :D]).float()
+
+
+def test_kernel_matrices_are_formed_in_float64():
+    episode = toy_episode(C, 2, query=2)
+    method = SiteGP(Offset(), way=C, kernel=KERNELS["rbf"](D, lengthscale=0.05))
+    with torch.no_grad():
+        mats = method.kernel_matrices(episode)
+        z = method.features(torch.cat([episode.support_x, episode.query_x])).double()
+        n = episode.support_x.shape[0]
+        d2 = (z[:n, None, :] - z[None, :n, :]).pow(2).sum(-1)  # direct differences, no cancellation
+        reference = torch.exp(-0.5 * d2 / 0.05**2)
+    assert mats.Kss.dtype == DTYPE
+    assert torch.allclose(mats.Kss[0], reference, atol=1e-9), \
+        float((mats.Kss[0] - reference).abs().max())

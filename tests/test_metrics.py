@@ -78,3 +78,25 @@ def test_episode_record():
     r = metrics.episode_record(torch.tensor([[0.9, 0.1], [0.3, 0.7]]), torch.tensor([0, 0]))
     assert r["accuracy"] == 0.5 and r["correct"] == [1, 0]
     assert r["confidence"] == pytest.approx([0.9, 0.7])
+
+
+def test_seed_mean_ci_is_student_t_over_seeds():
+    from scipy.stats import t
+
+    from zoo.metrics import seed_mean_ci
+
+    v = [0.8, 0.7, 0.9, 0.75, 0.85]
+    mean, ci = seed_mean_ci(v)
+    assert mean == pytest.approx(0.8)
+    assert ci == pytest.approx(2.7764451 * np.std(v, ddof=1) / np.sqrt(5), rel=1e-6)
+    assert t.ppf(0.975, 4) == pytest.approx(2.7764451, rel=1e-6)
+    assert np.isnan(seed_mean_ci([0.5])[1])
+
+
+def test_seed_paired_difference_takes_each_seeds_mean_first():
+    from zoo.metrics import seed_mean_ci, seed_paired_difference
+
+    a = {0: [1.0, 1.0, 0.0], 1: [1.0, 0.0]}
+    b = {0: [0.0, 1.0, 0.0], 1: [1.0, 1.0]}
+    diff, ci = seed_paired_difference(a, b)
+    assert (diff, ci) == seed_mean_ci([1 / 3, -0.5])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +33,30 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     if v.size == 1:
         return float(v[0]), math.nan
     return float(v.mean()), float(Z95 * v.std(ddof=1) / math.sqrt(v.size))
+
+
+def seed_mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Mean over independently trained seeds and the half-width of its 95% Student-t interval
+    (``n - 1`` degrees of freedom: with 5 seeds the normal 1.96 would be 2.78). The seed, not the
+    episode, is the unit of replication of a training: episodes of one model are not independent
+    draws of the method's accuracy."""
+    from scipy.stats import t
+
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return math.nan, math.nan
+    if v.size == 1:
+        return float(v[0]), math.nan
+    return float(v.mean()), float(t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+
+
+def seed_paired_difference(a: Mapping[int, Sequence[float]], b: Mapping[int, Sequence[float]]
+                           ) -> tuple[float, float]:
+    """Mean of ``a - b`` that respects seeds: per seed, the mean difference over the episodes
+    both were scored on; then :func:`seed_mean_ci` over seeds (a clustered, two-stage estimate)."""
+    per_seed = [float(np.mean(np.asarray(a[s], dtype=np.float64)
+                              - np.asarray(b[s], dtype=np.float64))) for s in sorted(a)]
+    return seed_mean_ci(per_seed)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:

@@ -20,9 +20,9 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from zoo.errors import NumericalError
 from zoo.expectations import Rule
 from zoo.gp import DTYPE
-from zoo.jitter import JitterPolicy
 
 
 @dataclass
@@ -192,17 +192,35 @@ def elbo(post: Posterior, expect: Expectations) -> Tensor:
     return expect.ell.sum() - post.kl_to_prior().sum()
 
 
+def covariance_factor(S: Tensor, what: str, episode: str | None) -> Tensor:
+    """The Cholesky factor of an optimiser's covariance iterate, with no jitter: a step that made
+    it indefinite has diverged, and a jittered factor would make the KL (which reads the factor)
+    and the marginal variances (which read ``S``) describe two different Gaussians. Raises the
+    zoo's :class:`NumericalError` naming the episode."""
+    where = f" in episode {episode}" if episode else ""
+    if not torch.isfinite(S).all():
+        raise NumericalError(f"{what}{where} has non-finite entries: the inner loop diverged; "
+                             "use a smaller step size rho")
+    L, info = torch.linalg.cholesky_ex(S)
+    if info.any():
+        raise NumericalError(f"{what}{where} is not positive definite after a gradient step: "
+                             "the inner loop diverged; use a smaller step size rho")
+    return L
+
+
 class FullGaussianPosterior:
     """``q(f_c) = N(m_c, Sigma_c)`` with free mean and covariance (the gradient-descent iterates).
 
     Unlike sites, a free covariance needs ``K^-1``: it comes from a Cholesky of ``K`` under the
-    jitter policy (counted), and a ``Sigma`` that a step made indefinite raises with the episode.
+    jitter policy (counted); a ``Sigma`` that a step made indefinite raises with the episode
+    (:func:`covariance_factor`). ``LS`` may be given (the prior's factor at the start).
     """
 
-    def __init__(self, K: Tensor, m: Tensor, S: Tensor, LK: Tensor,
-                 jitter: JitterPolicy | None = None, episode: str | None = None):
+    def __init__(self, K: Tensor, m: Tensor, S: Tensor, LK: Tensor, episode: str | None = None,
+                 LS: Tensor | None = None):
         self.K, self.m, self.S, self.LK = K, m, S, LK
-        self.LS = (jitter or JitterPolicy()).cholesky(S, "variational covariance Sigma", episode)
+        self.LS = LS if LS is not None else covariance_factor(S, "variational covariance Sigma",
+                                                              episode)
         self.n = K.shape[-1]
 
     @property
@@ -233,12 +251,12 @@ class FullGaussianPosterior:
 class WhitenedPosterior:
     """``f_c = L_c u_c`` with ``L_c L_c^T = K_c`` and ``q(u_c) = N(a_c, S_c)``: the same Gaussian
     family over ``f`` in coordinates where the prior is ``N(0, I)``. Only a Cholesky of ``K`` (under
-    the jitter policy) is needed, never its inverse."""
+    the jitter policy) is needed, never its inverse; an indefinite ``S`` raises
+    (:func:`covariance_factor`)."""
 
-    def __init__(self, LK: Tensor, a: Tensor, S: Tensor, jitter: JitterPolicy | None = None,
-                 episode: str | None = None):
+    def __init__(self, LK: Tensor, a: Tensor, S: Tensor, episode: str | None = None):
         self.LK, self.a, self.S = LK, a, S
-        self.LS = (jitter or JitterPolicy()).cholesky(S, "whitened covariance S", episode)
+        self.LS = covariance_factor(S, "whitened covariance S", episode)
         self.n = LK.shape[-1]
 
     @property

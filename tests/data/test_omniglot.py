@@ -57,6 +57,29 @@ def test_minimal_mirror_protocol(minimal_data_dir, zoo_cache, monkeypatch):
         omniglot_minimal.load_omniglot_minimal(minimal_data_dir, background="small3")
 
 
+def test_minimal_augmentation_rotates_and_distorts_training_characters_only(
+        minimal, minimal_data_dir, zoo_cache, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(zoo_cache))
+    ds = omniglot_minimal.load_omniglot_minimal(minimal_data_dir, download=False,
+                                                rotations=True, distortions=2)
+    assert len(ds.splits["train"]) == 4 * len(minimal.splits["train"])
+    for split in ("val", "test"):  # held-out characters upright, as Lake's runs are
+        assert len(ds.splits[split]) == len(minimal.splits[split])
+        assert all(ds.class_names[c].endswith("/rot000") for c in ds.splits[split])
+        same = EpisodeSampler(ds, split, way=5, shot=1, query=2, seed=3)[0]
+        plain = EpisodeSampler(minimal, split, way=5, shot=1, query=2, seed=3)[0]
+        assert torch.equal(same.support_x, plain.support_x)  # the same test episodes
+    first = ds.splits["train"][0]
+    assert int(ds.class_sizes[first]) == 3 * int(minimal.class_sizes[0])  # 2 affine copies
+    upright = ds.gather(torch.tensor([first]), torch.tensor([0]))
+    quarter = ds.gather(torch.tensor([first + 1]), torch.tensor([0]))
+    assert torch.equal(quarter, torch.rot90(upright, 1, dims=(-2, -1)))
+    copy = ds.gather(torch.tensor([first]), torch.tensor([int(minimal.class_sizes[0])]))
+    assert not torch.equal(copy, upright) and (copy - upright).abs().mean() < 0.3
+    with pytest.raises(ZooError, match="distortions"):
+        omniglot_minimal.load_omniglot_minimal(minimal_data_dir, distortions=-1)
+
+
 CHILD = """
 import hashlib, sys, torch
 from zoo import EpisodeSampler

@@ -10,7 +10,8 @@ decoded sets small in memory and on disk.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -70,24 +71,47 @@ def as_float(images: torch.Tensor) -> torch.Tensor:
     return images.float().div_(255.0)
 
 
+def random_affine(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random small affine maps of ``[n, 1, H, W]`` float images (rotation +-10 deg, shear
+    +-0.15, scale 0.85-1.05, shift +-1.5 px): the glyphs' drawers and Omniglot's distortions."""
+    n = images.shape[0]
+
+    def u(lo: float, hi: float) -> torch.Tensor:
+        return lo + (hi - lo) * torch.rand(n, generator=generator)
+
+    angle, shear = u(-10, 10) * math.pi / 180, u(-0.15, 0.15)
+    sx, sy = u(0.85, 1.05), u(0.85, 1.05)
+    tx, ty = u(-1.5, 1.5) * 2 / images.shape[-1], u(-1.5, 1.5) * 2 / images.shape[-1]
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    # inverse map used by grid_sample: output pixel -> input location
+    theta = torch.stack([torch.stack([cos / sx, (-sin + shear) / sx, tx], -1),
+                         torch.stack([sin / sy, cos / sy, ty], -1)], 1)
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
 class CharacterDataset(TensorDataset):
     """Character images kept as uint8 (a quarter of the memory), handed out as float in [0, 1].
 
     With ``rotations=True`` every character also appears rotated by 90, 180 and 270 degrees as
     three further classes (the usual Omniglot protocol): class ``4 c + r`` is character ``c``
     rotated by ``r`` quarter turns counter-clockwise, and the ``splits`` given name characters,
-    each of which brings its four classes into the split. Rotation happens on gathering, so the
-    stored set does not grow.
+    each of which brings its four classes into the split (``rotated_splits``: only those splits;
+    the others keep each character upright, as Lake's protocol tests on). Rotation happens on
+    gathering, so the stored set does not grow.
     """
 
     def __init__(self, name: str, images: Tensor, labels: Tensor, class_names: Sequence[str],
-                 splits: Mapping[str, Sequence[int]], rotations: bool = False):
+                 splits: Mapping[str, Sequence[int]], rotations: bool = False,
+                 rotated_splits: Collection[str] | None = None):
         super().__init__(name, images, labels, class_names, splits)
         self.rotations = rotations
         if rotations:
             self.class_names = [f"{n}/rot{90 * r:03d}" for n in self.class_names for r in range(4)]
             self.class_sizes = self.class_sizes.repeat_interleave(4)
-            self.splits = {k: [4 * c + r for c in v for r in range(4)] for k, v in splits.items()}
+            turns = {k: range(4) if rotated_splits is None or k in rotated_splits else (0,)
+                     for k in splits}
+            self.splits = {k: [4 * c + r for c in v for r in turns[k]] for k, v in splits.items()}
 
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
         if not self.rotations:

@@ -14,7 +14,6 @@ alphabet (Georgian) share no script with the training alphabets.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.data.base import TensorDataset, cache_root, cached_blob
+from zoo.data.characters import random_affine
 
 log = logging.getLogger(__name__)
 
@@ -80,24 +80,6 @@ def _render(font, char: str) -> torch.Tensor | None:
     return out
 
 
-def _distort(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Random small affine maps (rotation +-10 deg, shear +-0.15, scale 0.85-1.05, shift +-1.5 px)."""
-    n = images.shape[0]
-
-    def u(lo: float, hi: float) -> torch.Tensor:
-        return lo + (hi - lo) * torch.rand(n, generator=generator)
-
-    angle, shear = u(-10, 10) * math.pi / 180, u(-0.15, 0.15)
-    sx, sy = u(0.85, 1.05), u(0.85, 1.05)
-    tx, ty = u(-1.5, 1.5) * 2 / SIZE, u(-1.5, 1.5) * 2 / SIZE
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    # inverse map used by grid_sample: output pixel -> input location
-    theta = torch.stack([torch.stack([cos / sx, (-sin + shear) / sx, tx], -1),
-                         torch.stack([sin / sy, cos / sy, ty], -1)], 1)
-    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
-    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-
-
 def render_glyphs() -> tuple[torch.Tensor, torch.Tensor, list[str], list[str]]:
     """Render every class: images uint8 [N, 1, 28, 28], labels, class names, alphabet per class."""
     from matplotlib.ft2font import FT2Font
@@ -115,7 +97,7 @@ def render_glyphs() -> tuple[torch.Tensor, torch.Tensor, list[str], list[str]]:
             if len(renders) < MIN_FACES:
                 continue
             base = torch.stack([renders[i % len(renders)] for i in range(EXAMPLES_PER_CLASS)])
-            images.append(_distort(base[:, None], generator))
+            images.append(random_affine(base[:, None], generator))
             labels += [len(names)] * EXAMPLES_PER_CLASS
             names.append(f"{alphabet}/U+{code:04X}")
             alphabets.append(alphabet)

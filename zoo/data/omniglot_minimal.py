@@ -13,6 +13,13 @@ characters), test Japanese_(katakana) and Tagalog (64). The mirror protocol
 validation Korean (40), test Balinese and Early_Aramaic (46). Every held-out split has at least
 20 classes, so 20-way episodes work. Images are 28x28, strokes bright on dark; decoded once and
 cached (see :mod:`zoo.data.omniglot`).
+
+Training-set augmentation, as options of the data set spec (so every result records it, e.g.
+``omniglot-minimal[background=small1,rotations=true,distortions=2]``): ``rotations`` adds each
+training character rotated by 90, 180 and 270 degrees as three further classes (validation and
+test characters stay upright, as in Lake's runs); ``distortions = k`` adds ``k`` small random
+affine copies (:func:`~zoo.data.characters.random_affine`, seeded, the same on every machine) of
+every training image as further examples of its class.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import os
 import torch
 
 from zoo.data.base import data_root
-from zoo.data.characters import CharacterDataset
+from zoo.data.characters import CharacterDataset, random_affine
 from zoo.data.download import Resource
 from zoo.data.omniglot import cached_zip, find_archive, merge
 from zoo.errors import ZooError
@@ -41,11 +48,18 @@ HELD_OUT: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+DISTORTION_SEED = 0
+
+
 def load_omniglot_minimal(data_dir: str | os.PathLike | None = None, download: bool = True,
-                          background: str = "small1") -> CharacterDataset:
-    """Lake's minimal Omniglot: train on one small background set, test on the other's alphabets."""
+                          background: str = "small1", rotations: bool = False,
+                          distortions: int = 0) -> CharacterDataset:
+    """Lake's minimal Omniglot: train on one small background set, test on the other's alphabets
+    (training augmentation: see the module docstring)."""
     if background not in HELD_OUT:
         raise ZooError(f"background must be 'small1' or 'small2', got {background!r}")
+    if not isinstance(distortions, int) or distortions < 0:
+        raise ZooError(f"distortions must be a whole number of copies >= 0, got {distortions!r}")
     other = "small2" if background == "small1" else "small1"
     root = data_root(data_dir) / "omniglot"
     train, held = (cached_zip(find_archive(root, RESOURCES[k], dataset="omniglot-minimal",
@@ -63,9 +77,17 @@ def load_omniglot_minimal(data_dir: str | os.PathLike | None = None, download: b
     held_kept = type(held)(held.images[rows], remap[held.labels[rows]],
                            [held.alphabets[c] for c in keep], [held.characters[c] for c in keep],
                            [held.ids[c] for c in keep])
+    if distortions:
+        generator = torch.Generator().manual_seed(DISTORTION_SEED)
+        copies = [random_affine(train.images.float(), generator) for _ in range(distortions)]
+        train = type(train)(torch.cat([train.images, *(c.round().clamp(0, 255).to(train.images.dtype)
+                                                        for c in copies)]),
+                            train.labels.repeat(distortions + 1), train.alphabets,
+                            train.characters, train.ids)
     both = merge([train, held_kept])
     n_train = len(train.characters)
     splits = {"train": list(range(n_train))}
     for split, names in HELD_OUT[background].items():
         splits[split] = [n_train + c for c, a in enumerate(held_kept.alphabets) if a in names]
-    return CharacterDataset("omniglot-minimal", both.images, both.labels, both.characters, splits)
+    return CharacterDataset("omniglot-minimal", both.images, both.labels, both.characters, splits,
+                            rotations=rotations, rotated_splits=("train",))

@@ -56,12 +56,15 @@ class GPMethod(LatentGaussianMethod):
 
     def _prepared(self, x: Tensor, episode: Episode) -> Tensor:
         """Features from one backbone pass (one set of batch statistics) and one kernel transform
-        for all points."""
-        return self.kernel.prepare(check_finite(self.features(x), "features", episode))
+        for all points, in float64: the kernel matrix is formed in the precision of the algebra
+        that factorises it (a float32 Gram of near-duplicate features loses the small
+        eigenvalues that the Cholesky and the KL read, and no later conversion brings them
+        back)."""
+        return self.kernel.prepare(check_finite(self.features(x), "features", episode)).to(DTYPE)
 
     @staticmethod
     def _per_class(K: Tensor, episode: Episode) -> Tensor:
-        K = check_finite(K, "kernel matrix", episode).to(DTYPE)
+        K = check_finite(K, "kernel matrix", episode)
         return K.expand(episode.way, *K.shape[-2:]) if K.ndim == 2 else K
 
     def route(self, n: int, d: int) -> str:

@@ -92,7 +92,13 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
         seed_everything(first.seed)
         train_data = datasets.get(first.train_dataset)
         first.task.check_data(train_data, first.train_dataset)
-        trained = train_model(first, train_dir, train_data, device, registry, progress)
+        val_data = None
+        if first.val_dataset:
+            val_data = datasets.get(first.val_dataset)
+            first.task.check_data(val_data, first.val_dataset)
+            first.task.check_compatible(train_data, val_data, first.method)
+        trained = train_model(first, train_dir, train_data, device, registry, progress,
+                              val_data=val_data)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -140,6 +146,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
         "train_seconds": info["train_seconds"],
         task.selection_key: info[task.selection_key],
         "selection": info["selection"], "skipped_steps": info["skipped_steps"],
+        "training_steps": info.get("training_steps"),
         "counters": trained.method.counters(), "hparams": dict(trained.method.hparams),
         "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],
         "config_hash": cell.hash, "config": cell.config(), "provenance": cell.provenance,

@@ -19,19 +19,23 @@ from typing import Any
 
 from zoo.errors import HyperParameterError, ZooError
 from zoo.method import resolve_hparams
-from zoo.runner.suite import Suite, SuiteError
+from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel
+from zoo.spec import parse_spec
 from zoo.tasks.base import Task
 
-RUN_ONLY = ("checkpoint_every", "max_bad_steps")
+RUN_ONLY = ("checkpoint_every", "max_bad_steps", "max_skipped_fraction")
 
 
 @dataclass(frozen=True)
 class Cell:
     """One model (method, hyper-parameters, training data, shape of episodes, seed) scored on one
-    test data set. ``checkpoint_every`` and ``max_bad_steps`` are not part of its identity.
+    test data set. ``checkpoint_every``, ``max_bad_steps`` and ``max_skipped_fraction`` are not
+    part of its identity.
 
     ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
     version, code digest) is: a result made by other code under the same name is another cell.
+    ``val_dataset`` (empty: the training data set) gives the validation episodes; part of the
+    training's identity when set.
     """
 
     method: str
@@ -49,17 +53,20 @@ class Cell:
     shape: dict[str, Any] = field(default_factory=dict)
     checkpoint_every: int = 50
     max_bad_steps: int = 20
+    max_skipped_fraction: float = 0.01
     variant: str = ""
     provenance: dict[str, Any] | None = None
+    val_dataset: str = ""
 
     BASE_TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "seed",
                        "train_episodes", "val_episodes", "val_every")
 
     def config(self) -> dict[str, Any]:
-        """The resolved configuration that names the cell (``variant`` and ``provenance`` only
-        when set, ``task`` only when not classification)."""
+        """The resolved configuration that names the cell (``variant``, ``provenance`` and
+        ``val_dataset`` only when set, ``task`` only when not classification)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance")}
+               if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance",
+                                 "val_dataset")}
         out |= self.shape
         if self.task.name != "classification":
             out["task"] = self.task.name
@@ -67,6 +74,8 @@ class Cell:
             out["variant"] = self.variant
         if self.provenance:
             out["provenance"] = self.provenance
+        if self.val_dataset:
+            out["val_dataset"] = self.val_dataset
         return out
 
     def train_config(self) -> dict[str, Any]:
@@ -74,7 +83,7 @@ class Cell:
         # a kind may leave a train key out of a shape at its default (regression's train_tasks),
         # so the names of cells trained before the key existed do not change
         out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys) if k in config}
-        for optional in ("task", "provenance"):
+        for optional in ("task", "provenance", "val_dataset"):
             if optional in config:
                 out[optional] = config[optional]
         return out
@@ -131,7 +140,21 @@ def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> 
     cells = []
     for s in suite.part_settings():
         cells += _part_cells(suite, s, methods, registry)
+    _check_kernel_tables(suite, methods)
     return list({c.hash: c for c in cells}.values())
+
+
+def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
+    """Every key of a per-data-set kernel table names a training data set of the suite (a typo
+    would silently fall back to the method's kernel)."""
+    trained = {t for s in suite.part_settings() for t in s["train_datasets"]}
+    known = trained | {parse_spec(t)[0] for t in trained}
+    for m in methods:
+        unused = sorted(set(suite.method_overrides.get(m, {}).get(PER_DATASET, {})) - known)
+        if unused:
+            raise SuiteError(f"suite {suite.name!r}: [methods.{m}.{PER_DATASET}] names "
+                             f"{unused}, which the suite does not train on; its training data "
+                             f"sets are {sorted(trained)}")
 
 
 def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
@@ -156,13 +179,14 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                     given = {**suite.method_overrides.get(m, {}),
                              **{k: v for k, v in s["hparams"].items() if k in owned[m]}}
                     method_kernel = given.pop("kernel", None) if cls.uses_kernel else None
+                    per_dataset = given.pop(PER_DATASET, {})
                     try:
                         hparams = resolve_hparams(cls, given)
                         train_episodes = task.train_episodes(s["train_episodes"], shape)
                     except (HyperParameterError, ZooError) as exc:
                         raise SuiteError(f"suite {suite.name!r}: {exc}") from None
-                    kernel = (method_kernel or s["kernel"] or cls.default_kernel
-                              if cls.uses_kernel else None)
+                    kernel = (dataset_kernel(per_dataset, train) or method_kernel
+                              or s["kernel"] or cls.default_kernel if cls.uses_kernel else None)
                     for test in tests:
                         cells.append(Cell(
                             method=m, hparams=hparams, train_dataset=train, dataset=test,
@@ -171,6 +195,9 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                             val_episodes=int(s["val_episodes"]), val_every=int(s["val_every"]),
                             test_episodes=int(s["test_episodes"]), task=task, shape=dict(shape),
                             checkpoint_every=int(s["checkpoint_every"]),
-                            max_bad_steps=int(s["max_bad_steps"]), variant=str(s["variant"]),
-                            provenance=registry.provenance("methods", m)))
+                            max_bad_steps=int(s["max_bad_steps"]),
+                            max_skipped_fraction=float(s["max_skipped_fraction"]),
+                            variant=str(s["variant"]),
+                            provenance=registry.provenance("methods", m),
+                            val_dataset=str(s["val_dataset"])))
     return cells

@@ -4,6 +4,11 @@ setting, seeds pooled, with the per-episode records, training curves and failure
 A setting is ``(task kind, training data set, test data set, column)``; the column is made of the
 shape keys the task kind names (:attr:`zoo.tasks.Task.column_keys`: way and shot for
 classification, the context size for regression). Everything is computed from the folder alone.
+
+Seeds are independently trained models: besides the pooled episodes, an entry gives each seed's
+mean and the mean +- 95% CI over seeds (the papers' "N runs of 600 episodes"), and paired
+differences with two or more common seeds are taken per seed and then over seeds. An episode is
+named by ``(seed, query count, index)``: cells scored with other query counts are other episodes.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.metrics import seed_mean_ci
 from zoo.runner.cells import code_free_hash, row_name
 from zoo.runner.storage import Results, read_jsonl
 from zoo.tasks.base import Task
@@ -31,7 +37,7 @@ class Entry:
     setting: Setting
     task: Task
     results: list[dict[str, Any]] = field(default_factory=list)
-    episodes: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    episodes: dict[tuple[int, Any, int], dict[str, Any]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
 
@@ -45,9 +51,20 @@ class Entry:
         if not self.results:
             return out | {"status": "failed" if self.failed else "missing"}
         mean = lambda key: float(np.mean([r[key] for r in self.results]))  # noqa: E731
+        per_seed = self.seed_means()
+        seed_mean, seed_ci = seed_mean_ci(list(per_seed.values()))
         return out | {"status": "done" if not self.failed else "partly failed",
                       **self.task.summarise(list(self.episodes.values())),
+                      "seed_means": per_seed, "seed_mean": seed_mean, "seed_ci95": seed_ci,
+                      "skipped_steps": int(sum(r.get("skipped_steps", 0) for r in self.results)),
                       "temperature": mean("temperature"), "train_seconds": mean("train_seconds")}
+
+    def seed_means(self) -> dict[int, float]:
+        """Each seed's mean of the task kind's headline number over its episodes."""
+        by_seed: dict[int, list[float]] = defaultdict(list)
+        for (seed, *_), record in self.episodes.items():
+            by_seed[seed].append(record[self.task.headline])
+        return {s: float(np.mean(v)) for s, v in sorted(by_seed.items())}
 
 
 @dataclass
@@ -73,8 +90,9 @@ class Report:
 
     def paired(self) -> list[dict[str, Any]]:
         """Differences (a - b) of the task kind's paired metric on the episodes both methods were
-        scored on."""
-        from zoo.metrics import paired_difference
+        scored on: with two or more common seeds, the mean over seeds of each seed's mean
+        difference, its CI over seeds (``unit = "seeds"``); with one, over its episodes."""
+        from zoo.metrics import paired_difference, seed_paired_difference
 
         out = []
         for s in self.settings:
@@ -87,10 +105,18 @@ class Report:
                     if len(common) < 2:
                         continue
                     key = task.paired_key
-                    diff, ci = paired_difference([ea[k][key] for k in common],
-                                                 [eb[k][key] for k in common])
+                    seeds = sorted({k[0] for k in common})
+                    if len(seeds) > 1:
+                        diff, ci = seed_paired_difference(
+                            {s_: [ea[k][key] for k in common if k[0] == s_] for s_ in seeds},
+                            {s_: [eb[k][key] for k in common if k[0] == s_] for s_ in seeds})
+                    else:
+                        diff, ci = paired_difference([ea[k][key] for k in common],
+                                                     [eb[k][key] for k in common])
                     out.append({"task": s[0], "setting": self.label(s), "metric": key, "a": a,
                                 "b": b, "difference": diff, "ci95": ci, "episodes": len(common),
+                                "seeds": len(seeds),
+                                "unit": "seeds" if len(seeds) > 1 else "episodes",
                                 "significant": bool(abs(diff) > ci)})
         return out
 
@@ -123,7 +149,7 @@ def load_report(root: Path, registry: Any = None) -> Report:
         done.add(r["config_hash"])
         if (folder / "episodes.jsonl").exists():
             for rec in read_jsonl(folder / "episodes.jsonl"):
-                e.episodes[(r["seed"], rec["index"])] = rec
+                e.episodes[(r["seed"], r.get("query"), rec["index"])] = rec
         if (folder / "training.json").exists():
             e.curves.append(json.loads((folder / "training.json").read_text()).get("curve", []))
     cells = results.root / "cells"

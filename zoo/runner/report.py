@@ -4,7 +4,9 @@ methods on the same episodes; the figures (:mod:`zoo.runner.plots`).
 
 Everything is computed from the folder alone (``results.jsonl`` and the cells' files), so a
 report can be regenerated at any time. Seeds of one setting are pooled: their episodes together
-give the numbers, through the same summary function the runner uses for one cell. Settings a suite
+give the numbers, through the same summary function the runner uses for one cell; with several
+seeds a cell also shows the mean +- 95% CI over the seeds' means (the seed is the unit of
+replication), and its training steps skipped as non-finite when there were any. Settings a suite
 marks ``report_error`` (Lake's runs) show the error in percent, as that literature does, next to
 the published references the suite records.
 """
@@ -32,6 +34,13 @@ def _cell_text(report: Report, method: str, s: Any, latex: bool = False) -> str:
     if row["status"] in ("failed", "missing"):
         return "FAILED" if row["status"] == "failed" else "-"
     text = entry.task.cell_text(row, s in report.error_settings, latex)
+    if row["seeds"] > 1:
+        scale = 100 if entry.task.paired_percent else 1
+        pm = r"$\pm$" if latex else "±"
+        text += (f" [{row['seeds']} seeds: {scale * row['seed_mean']:.{entry.task.digits}f} {pm} "
+                 f"{scale * row['seed_ci95']:.{entry.task.digits}f}]")
+    if row.get("skipped_steps"):
+        text += f" [{row['skipped_steps']} steps skipped]"
     return text + (" (some seeds FAILED)" if row["status"] == "partly failed" else "")
 
 
@@ -93,13 +102,15 @@ def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
         task = report.tasks[kind]
         unit = " (%)" if task.paired_percent else ""
         scale = 100 if task.paired_percent else 1
-        lines = [f"| setting | a | b | {task.paired_key} a - b{unit} | 95% CI | episodes |",
-                 "|---|---|---|---|---|---|"]
+        lines = [f"| setting | a | b | {task.paired_key} a - b{unit} | 95% CI | episodes | seeds |",
+                 "|---|---|---|---|---|---|---|"]
         lines += [f"| {p['setting']} | {p['a']} | {p['b']} | {scale * p['difference']:+.{task.digits}f} | "
                   f"{scale * p['ci95']:.{task.digits}f}{' *' if p['significant'] else ''} | "
-                  f"{p['episodes']} |" for p in pairs if p["task"] == kind]
+                  f"{p['episodes']} | {p['seeds']} |" for p in pairs if p["task"] == kind]
         out.append("\n".join(lines) + "\n")
-    return "\n".join(out) + "\n* the CI excludes zero.\n"
+    return ("\n".join(out) + "\n* the CI excludes zero. With two or more seeds the difference is "
+            "the mean over seeds of each seed's mean difference and the CI is over seeds "
+            "(Student t); with one seed, over its episodes.\n")
 
 
 def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = True,

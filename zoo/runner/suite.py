@@ -7,6 +7,9 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
     methods = "*"                # every registered method of the kind, or a list of names
     train_datasets = ["glyphs"]
     test_datasets = ["glyphs", "digits"]   # scored with each model; empty: the training data set
+    val_dataset = "emnist"       # whose "val" split selects the model and fits the temperature;
+                                 #   empty: the training data set's (a cross-domain protocol's
+                                 #   validation classes come from the target domain)
     ways = [5]                   # classification's shape settings (regression: context_sizes...)
     shots = [1, 5]
     train_episodes = 200         # or per shot: {1 = 600, 5 = 400}
@@ -16,6 +19,10 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
 
     [methods.md-bfsc]            # a method that uses a kernel may have its own (--set
     kernel = "cosine"            #   md-bfsc.kernel=...), over the suite's `kernel`
+
+    [methods.md-bfsc.kernel_per_dataset]   # ... and one per training data set, over both: a
+    cub = "cosine"                         #   key is a data set as the suite names it or its
+    omniglot = "rbf"                       #   base name (``omniglot`` for ``omniglot[...]``)
 
     [[part]]                     # optional: each part overrides [suite] settings for its cells;
     variant = "steps=5"          #   with a variant label and hyper-parameters it is one row of
@@ -42,7 +49,7 @@ import tomllib
 
 from zoo.errors import UnknownNameError
 from zoo.runner.validate import check_settings
-from zoo.spec import SpecError, parse_value
+from zoo.spec import SpecError, parse_spec, parse_value
 
 SETTINGS: dict[str, Any] = {
     "description": "",
@@ -50,6 +57,7 @@ SETTINGS: dict[str, Any] = {
     "methods": "*",
     "train_datasets": ["glyphs"],
     "test_datasets": [],
+    "val_dataset": "",
     "seeds": [0],
     "backbone": "",
     "kernel": "",
@@ -59,6 +67,7 @@ SETTINGS: dict[str, Any] = {
     "test_episodes": 600,
     "checkpoint_every": 50,
     "max_bad_steps": 20,
+    "max_skipped_fraction": 0.01,
     "requires": [],
     "report_error": False,
     "variant": "",
@@ -66,8 +75,10 @@ SETTINGS: dict[str, Any] = {
     "entry": "",
 }
 """Settings of every suite and their defaults; the suite's task kind adds its shape settings
-(:attr:`zoo.tasks.Task.settings`). ``checkpoint_every`` and ``max_bad_steps`` steer the run but do
-not change its result, so they are not part of a cell's identity. ``hparams`` (usually in a
+(:attr:`zoo.tasks.Task.settings`). ``checkpoint_every``, ``max_bad_steps`` (non-finite training
+steps in a row that stop a training) and ``max_skipped_fraction`` (the fraction of all training
+steps that may be skipped as non-finite before the cell fails) steer the run but do not change its
+result, so they are not part of a cell's identity. ``hparams`` (usually in a
 ``[[part]]``) sets hyper-parameters of every method of the part that has them, over
 ``[methods.*]``; ``variant`` labels those cells, so that the report shows them as their own row
 ``"METHOD VARIANT"`` (a one-factor-at-a-time study: one labelled part per value). The label is part
@@ -152,6 +163,9 @@ def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
         raise SuiteError(f"suite {name!r} ({source}): a [settings] table is for suites with an "
                          "entry function; put cell settings in [suite]")
     overrides = {m: dict(h) for m, h in dict(raw.get("methods", {})).items()}
+    for m, h in overrides.items():
+        if PER_DATASET in h:
+            h[PER_DATASET] = _check_kernel_table(m, h[PER_DATASET], where, registry)
     references = {d: {k: float(v) for k, v in r.items()}
                   for d, r in dict(raw.get("references", {})).items()}
     parts = []
@@ -163,6 +177,40 @@ def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
                       for k, v in p.items()})
     return Suite(name, settings, overrides, references, source, dict(raw.get("settings", {})),
                  parts)
+
+
+PER_DATASET = "kernel_per_dataset"
+"""The ``[methods.NAME]`` key of a per-training-data-set kernel table (see the module doc)."""
+
+
+def _check_kernel_table(method: str, table: Any, where: str, registry: Any) -> dict[str, str]:
+    """``{data set: kernel spec}`` for a method that uses a kernel, every kernel registered."""
+    reg = _registry(registry)
+    try:
+        cls = reg.get("methods", method)
+    except UnknownNameError as exc:
+        raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}]: {exc}") from None
+    if not getattr(cls, "uses_kernel", False):
+        raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}]: {method} uses no kernel; "
+                         "remove the table")
+    if not isinstance(table, Mapping) or not all(isinstance(v, str) for v in table.values()):
+        raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}] must map data set names to "
+                         f"kernel specs (strings), e.g. cub = \"cosine\"; got {table!r}")
+    for dataset, spec in table.items():
+        try:
+            reg.get("kernels", parse_spec(spec, "kernel")[0])
+        except (UnknownNameError, SpecError) as exc:
+            raise SuiteError(f"{where}: [methods.{method}.{PER_DATASET}] {dataset} = {spec!r}: "
+                             f"{exc}") from None
+    return {str(k): str(v) for k, v in table.items()}
+
+
+def dataset_kernel(table: Mapping[str, str], train_dataset: str) -> str | None:
+    """The kernel a per-data-set table gives ``train_dataset``: its exact name first, then its
+    base name (``omniglot`` for ``omniglot[protocol=no-latin]``); ``None`` if neither is listed."""
+    if train_dataset in table:
+        return table[train_dataset]
+    return table.get(parse_spec(train_dataset)[0])
 
 
 def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -> Any:

@@ -40,6 +40,7 @@ class TrainState:
     best_val: float = -math.inf
     best_episode: int = -1
     seconds: float = 0.0
+    steps: int = 0
     skipped_steps: int = 0
     bad_run: int = 0
     curve: list[dict[str, Any]] = field(default_factory=list)
@@ -103,8 +104,10 @@ def validate(method: nn.Module, cell: Cell, dataset: Any) -> tuple[float, dict[s
 
 
 def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: Any,
-                progress: bool = False) -> TrainedModel:
-    """Train (or resume, or just load) the model of ``cell`` in ``folder``."""
+                progress: bool = False, val_data: Any = None) -> TrainedModel:
+    """Train (or resume, or just load) the model of ``cell`` in ``folder``; ``val_data`` (the
+    cell's ``val_dataset``; default ``dataset``) gives the validation episodes."""
+    val_data = dataset if val_data is None else val_data
     check_same_config(folder, cell.train_config())
     task = cell.task
     method = build_for_cell(cell, dataset, device, registry)
@@ -134,7 +137,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                  cell.train_episodes)
 
     # nothing to select among without training: the untrained model, temperature 1
-    validating = has_split(dataset, "val") and cell.val_episodes > 0 and cell.train_episodes > 0
+    validating = has_split(val_data, "val") and cell.val_episodes > 0 and cell.train_episodes > 0
     meta_batch = method.meta_batch
     sample = task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
@@ -144,7 +147,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                      "state": vars(state), "rng": rng_state()}, ckpt_path)
 
     def run_validation() -> None:
-        score, payload = validate(method, cell, dataset)
+        score, payload = validate(method, cell, val_data)
         state.curve[-1][task.selection_key] = score
         if score > state.best_val:
             state.best_val, state.best_episode = score, state.episode
@@ -189,6 +192,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                     f"or gradient (last at episode {state.episode}, "
                     f"{sample(state.episode).id}); lower the learning rate "
                     f"(--set {cell.method}.lr=...) or check the data")
+        state.steps += 1
         state.episode += n
         state.seconds += time.perf_counter() - start
         bar.update(n)
@@ -207,7 +211,19 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
             save_checkpoint()
             last_checkpoint = state.episode
     bar.close()
+    check_skipped(cell, state)
     return _finish(cell, folder, method, state, validating, device)
+
+
+def check_skipped(cell: Cell, state: TrainState) -> None:
+    """Fail the cell when more than ``max_skipped_fraction`` of its training steps were skipped
+    as non-finite: its model was trained on a filtered stream of episodes, not the suite's."""
+    if state.steps and state.skipped_steps > cell.max_skipped_fraction * state.steps:
+        raise NumericalError(
+            f"{cell.label}: {state.skipped_steps} of {state.steps} training steps "
+            f"({100 * state.skipped_steps / state.steps:.1f}%) were skipped as non-finite, more "
+            f"than max_skipped_fraction = {cell.max_skipped_fraction}; lower the learning rate "
+            f"(--set {cell.method}.lr=...) or, knowingly, raise --set max_skipped_fraction=...")
 
 
 def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, validating: bool,
@@ -225,9 +241,11 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
         selection = "best " + cell.task.selection_key.replace("val_", "validation ")
     elif cell.train_episodes > 0 and any(True for _ in method.parameters()):
         log.warning("%s: data set %r has no validation split; using the last checkpoint and "
-                    "no temperature scaling", cell.label, cell.train_dataset)
+                    "no temperature scaling (a suite's val_dataset names another data set's)",
+                    cell.label, cell.val_dataset or cell.train_dataset)
     method.eval()
     info = {"train_seconds": state.seconds, "skipped_steps": state.skipped_steps,
+            "training_steps": state.steps,
             cell.task.selection_key: state.best_val if validating else None,
             "best_episode": state.best_episode if validating else state.episode,
             "selection": selection, "curve": state.curve, "counters": method.counters()}

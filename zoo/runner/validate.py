@@ -34,10 +34,17 @@ MINIMUM: dict[str, tuple[int, str]] = {
 }
 
 
+FRACTIONS: dict[str, str] = {
+    "max_skipped_fraction": "the fraction of training steps that may be skipped as non-finite",
+}
+
+
 def check_settings(settings: Mapping[str, Any], where: str) -> None:
     """Raise :class:`SettingError` for the first value in ``settings`` (suite settings, a
     ``[[part]]``, or a command's arguments under the same names) that no run can use."""
     for key, value in settings.items():
+        if key in FRACTIONS and not 0 <= value <= 1:
+            raise SettingError(f"{where}: {key} = {value!r}: {FRACTIONS[key]} must be in [0, 1]")
         if key not in MINIMUM:
             continue
         smallest, what = MINIMUM[key]

@@ -75,8 +75,11 @@ class Classification(Task):
         from zoo.spec import parse_spec
 
         kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
+        backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
+                                      else (None, {}))  # e.g. "conv4s[width=128]"
         return build_method(cell.method, way=cell.shape["way"], in_channels=dataset.in_channels,
-                            image_size=dataset.image_size, backbone=cell.backbone, kernel=kernel,
+                            image_size=dataset.image_size, backbone=backbone,
+                            backbone_options=backbone_options, kernel=kernel,
                             kernel_options=options, seed=cell.seed, registry=registry,
                             **cell.hparams)
 

@@ -190,3 +190,20 @@ def test_conformance_small(name):
 @pytest.mark.parametrize("name", ["abml", "bmaml"])
 def test_conformance(name):
     check_method(name)
+
+
+def test_abml_hyperprior_is_a_density_of_mu_and_log_sigma():
+    """With the Jacobian of ``lambda = exp(-2 s)`` the density integrates to one over the
+    parameters ``(mu, s = log sigma)``; without it, it integrates to E[lambda] / 2 = a / (2 b)."""
+    from scipy.integrate import dblquad
+    from zoo_bayesian_maml import log_hyperprior
+
+    a, b = 2.0, 1.0
+
+    def density(mu: float, s: float) -> float:
+        t = torch.tensor
+        return float(log_hyperprior(t(mu, dtype=torch.float64), t(s, dtype=torch.float64),
+                                    a, b).exp())
+
+    total, _ = dblquad(density, -6.0, 6.0, -60.0, 60.0, epsabs=1e-7)
+    assert total == pytest.approx(1.0, abs=1e-4)

@@ -6,7 +6,8 @@
   posterior ``q(w) = N(m, s^2)`` starts at the prior and takes ``inner_steps`` gradient steps on
   the support's negative ELBO per example. The meta-objective is the negative ELBO of
   support + query under that posterior (Ravi & Beatson, eq. 7), plus a Normal-Gamma hyperprior
-  on ``(mu, 1 / sigma^2)`` weighted by ``hyperprior_weight``. The ELBO is Pyro's
+  on ``(mu, 1 / sigma^2)``, as a density of the parameters ``(mu, log sigma)`` (with the Jacobian),
+  weighted by ``hyperprior_weight``. The ELBO is Pyro's
   ``TraceMeanField_ELBO.differentiable_loss`` (analytic Gaussian KL, reparameterised likelihood
   term), over Pyro's distributions; the prediction averages the softmax over ``test_samples``
   draws from ``q``. The KL term of both ELBOs is scaled by ``kl_weight`` (``pyro.poutine.scale``
@@ -144,14 +145,11 @@ class ABML(WeightSpaceMethod):
         return loc, [s.exp() for s in log_scale]
 
     def hyperprior_nll(self) -> Tensor:
-        """``-log p(mu, lambda)`` averaged over weights, Normal-Gamma: ``lambda = 1 / sigma^2 ~
-        Gamma(a, b)``, ``mu | lambda ~ N(0, 1 / lambda)``."""
+        """``-log p(mu, log sigma)`` averaged over weights (:func:`log_hyperprior`)."""
         a, b = self.hparams["hyperprior_a"], self.hparams["hyperprior_b"]
         total, count = 0.0, 0
         for mu, log_std in zip(self.network().parameters(), self.prior_log_std):
-            precision = torch.exp(-2 * log_std)
-            total = total - (dist.Gamma(a, b).log_prob(precision)
-                             + dist.Normal(0.0, log_std.exp()).log_prob(mu)).sum()
+            total = total - log_hyperprior(mu, log_std, a, b).sum()
             count += mu.numel()
         return total / count
 
@@ -179,6 +177,16 @@ class ABML(WeightSpaceMethod):
                                           episode.query_x), -1)
                 for _ in range(self.hparams["test_samples"])]).mean(0)
         return Prediction(probs, {"inner_objective": objective})
+
+
+def log_hyperprior(mu: Tensor, log_std: Tensor, a: float, b: float) -> Tensor:
+    """Normal-Gamma log density of a prior's ``(mu, log sigma)``, per weight: ``lambda = 1 /
+    sigma^2 ~ Gamma(a, b)``, ``mu | lambda ~ N(0, 1 / lambda)``. The parameter is ``s = log
+    sigma``, so the density of ``lambda`` gets the Jacobian ``|d lambda / d s| = 2 exp(-2 s)``
+    (without it the maximiser in ``s`` is another point than the prior's mode)."""
+    precision = torch.exp(-2 * log_std)
+    return (dist.Gamma(a, b).log_prob(precision) + math.log(2) - 2 * log_std
+            + dist.Normal(0.0, log_std.exp()).log_prob(mu))
 
 
 def rbf_bandwidth(particles: Tensor) -> Tensor:

@@ -65,3 +65,28 @@ def test_conformance():
 @pytest.mark.parametrize("kernel", ["cosine", "linear"])
 def test_feature_route_equals_dense_route(kernel):
     check_algebra_routes(DKT, "latent", kernel=kernel)
+def test_probabilities_equal_an_independent_gp_regression_and_monte_carlo_softmax():
+    """Textbook GP regression per class on +-1 targets (dense solves, numpy), then Monte Carlo of
+    softmax over the independent class predictives, against the method's prediction."""
+    g = torch.Generator().manual_seed(0)
+    sx, qx = torch.randn(6, 2, generator=g), torch.randn(3, 2, generator=g)
+    sy = torch.tensor([0, 1, 2, 0, 1, 2])
+    ep = Episode(sx, sy, qx, torch.tensor([0, 1, 2]), way=3, shot=2, info={"seed": 4})
+    method = DKT(IdentityBackbone(2), way=3, kernel=RBFKernel(2)).eval()
+    with torch.no_grad():
+        method.mean.fill_(0.2)
+        probs = method.predict(ep).probs.double().numpy()
+    X, Z = sx.double().numpy(), qx.double().numpy()
+
+    def k(a, b):
+        return np.exp(-0.5 * ((a[:, None] - b[None]) ** 2).sum(-1))
+
+    A = k(X, X) + 0.1 * np.eye(6)
+    targets = 2 * np.eye(3)[sy.numpy()].T - 1  # [C, n]
+    mean = 0.2 + k(Z, X) @ np.linalg.solve(A, (targets - 0.2).T)  # [Q, C]
+    var = 1 - np.einsum("qn,nq->q", k(Z, X), np.linalg.solve(A, k(X, Z)))  # shared by classes
+    rng = np.random.default_rng(1)
+    f = mean[None] + np.sqrt(var)[None, :, None] * rng.standard_normal((200_000, 3, 3))
+    e = np.exp(f - f.max(-1, keepdims=True))
+    mc = (e / e.sum(-1, keepdims=True)).mean(0)
+    assert np.allclose(probs, mc, atol=3e-3), (probs, mc)

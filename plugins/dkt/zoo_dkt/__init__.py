@@ -10,6 +10,11 @@ softmax of the independent Gaussian predictives of the latent class functions, `
 estimated by the ``estimator`` (antithetic Sobol, ``prob_samples`` draws, by default) seeded by the
 episode; the runner's validation-fitted
 temperature is applied afterwards as for every other method.
+
+Deviation from the authors' code, declared: there each class's GP is its own gpytorch model with
+its own ``ConstantMean`` and ``ScaleKernel`` (a constant mean and an output scale per class); here
+the constant mean is one scalar shared by the classes and the kernel (its output scale included)
+is shared unless ``per_class_kernel=true``, so that a model trained ``way``-way scores any way.
 """
 
 from __future__ import annotations

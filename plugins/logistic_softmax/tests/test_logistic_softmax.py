@@ -5,6 +5,7 @@ import zoo_logistic_softmax
 from torch.distributions import Gamma, MultivariateNormal, Poisson
 from zoo_logistic_softmax import LogisticSoftmax, _log_cosh
 
+from zoo import Episode
 from zoo.gp import prior_draws
 from zoo.gram import dense
 from zoo.kernels import RBFKernel
@@ -128,3 +129,41 @@ def test_feature_route_equals_dense_route(monkeypatch, inference):
                         lambda K, n, g: prior_draws(dense(K), n, g))
     check_algebra_routes(LogisticSoftmax, "query_probs", inference=inference, gibbs_test_steps=3,
                          chains=2, pg_sampler="torch")
+def test_probabilities_equal_an_independent_predictive_and_monte_carlo():
+    """The mean-field posterior's Gaussian sites (captured), the class predictives by dense
+    algebra (numpy) and Monte Carlo of the logistic-softmax, against the method's prediction."""
+    g = torch.Generator().manual_seed(0)
+    sx, qx = torch.randn(6, 2, generator=g), torch.randn(3, 2, generator=g)
+    sy = torch.tensor([0, 1, 2, 0, 1, 2])
+    ep = Episode(sx, sy, qx, torch.tensor([0, 1, 2]), way=3, shot=2, info={"seed": 4})
+    method = LogisticSoftmax(IdentityBackbone(2), way=3, kernel=RBFKernel(2),
+                             inference="mean-field", tau=0.5).eval()
+    sites = []
+    posterior = method.posterior
+
+    def capture(K, lam, nu, episode):
+        sites.append((lam.detach().double().numpy(), nu.detach().double().numpy()))
+        return posterior(K, lam, nu, episode)
+
+    method.posterior = capture
+    with torch.no_grad():
+        probs = method.predict(ep).probs.double().numpy()
+    lam, nu = sites[-1]  # [C, n]: the final posterior's sites
+    X, Z = sx.double().numpy(), qx.double().numpy()
+
+    def k(a, b):
+        return np.exp(-0.5 * ((a[:, None] - b[None]) ** 2).sum(-1))
+
+    K, Ks = k(X, X), k(X, Z)
+    rng = np.random.default_rng(1)
+    f = np.empty((200_000, 3, 3))
+    for c in range(3):
+        cov = np.linalg.inv(np.linalg.inv(K) + np.diag(lam[c]))  # q(f_c) on the support
+        m = cov @ nu[c]
+        A = np.linalg.solve(K, Ks)
+        mean = A.T @ m
+        var = 1 - np.einsum("nq,nq->q", Ks, A) + np.einsum("nq,nm,mq->q", A, cov, A)
+        f[:, :, c] = mean + np.sqrt(var) * rng.standard_normal((200_000, 3))
+    s = 1 / (1 + np.exp(-f / 0.5))
+    mc = (s / s.sum(-1, keepdims=True)).mean(0)
+    assert np.allclose(probs, mc, atol=3e-3), (probs, mc)

@@ -17,7 +17,14 @@ Losses (``loss``): ``ml`` -- the ELBO (mean field) or the augmented log marginal
 chains' last ``(w, n)`` (Gibbs), on support and query together, per point; ``pl`` -- the log
 predictive probability of the query labels given the support. Class probabilities are ``E[p(y |
 f*)]`` under the Gaussian predictive of each class function, by the ``estimator`` (antithetic Sobol
-draws by default), averaged over chains for Gibbs. Unlike the public CDKT code, the predictive-
+draws by default), averaged over chains for Gibbs.
+
+What the Gibbs ``ml`` loss is: Fisher's identity ``grad log p(y) = E_{p(w, n | y)}[grad log p(y |
+w, n)]`` needs posterior draws; with ``gibbs_train_steps = 1`` (Snell & Zemel's choice, the
+default) the last ``(w, n)`` are drawn given ``f_0`` from the prior, so the loss is the gradient
+of ``E_{q_1}[log p(y | w, n)]`` under that one-sweep distribution, a surrogate the authors chose.
+``gibbs_train_steps = k`` burns in ``k - 1`` sweeps (cost linear in ``k``); chains cannot persist
+across episodes (their variables index an episode's own points). Unlike the public CDKT code, the predictive-
 likelihood support is the episode's support (all classes), the prior mean is zero at train and test
 alike, and no temperature is fitted on test data (``tau`` is a hyper-parameter; the runner fits its
 calibration temperature on validation episodes).

@@ -7,15 +7,21 @@
      "inner_rho": {"md": ..., "gd": ..., "gd_moment": ...},  # the step size of those curves
      "inner_best": {"md": {"1-shot": {"rho": r, "elbo": [...]}, ...}, "gd": ..., "gd_moment": ...},
      "outer": {"md": {"1-shot": [...], "5-shot": [...]}, "gd": {...}},  # predictive loss per
-     "settings": {...}}                                                 #   outer iteration
+                                                                        #   outer iteration
+     "outer_val": {"md": {"1-shot": [{"iteration": i, "loss": l, "accuracy": a}, ...]}, ...},
+     "settings": {...}}
 
-Inner: on fixed test episodes of ``glyphs`` with a fixed kernel (a seeded, untrained backbone),
+Inner: on fixed ``split`` (validation) episodes of ``glyphs`` with a fixed kernel (a seeded,
+untrained backbone): each method's best step size is a choice, so it is made on validation
+episodes, never on test ones,
 the ELBO on all labelled points (as in the authors' experiment), averaged over ``episodes``, at the
 paper's common step size 0.005 and at each method's best step size from a grid. ``gd`` is the
 ``gd-bfsc`` default (whitened coordinates); ``gd_moment`` is the paper's GD on ``(m, Sigma)``,
 whose curve becomes ``null`` from the step where it diverges. Outer: 30 Adam steps from the same
 initialisation on the same training episodes, predictive-likelihood loss with 2 inner steps
-(rho 0.1 for 1-shot, 0.02 for 5-shot). Also writes ``inner.png`` and ``outer.png``.
+(rho 0.1 for 1-shot, 0.02 for 5-shot); every ``val_every`` iterations the model's predictive
+loss (NLL per query) and accuracy on ``val_episodes`` fixed validation episodes, with the
+method's test-time inner loop. Also writes ``inner.png`` and ``outer.png``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from zoo import EpisodeSampler, build_method
 from zoo.errors import NumericalError
 from zoo.io import atomic_write_json
 from zoo.plugins import load_dataset
+from zoo.spec import parse_spec
 from zoo_md_bfsc.method import MDBFSC
 
 log = logging.getLogger(__name__)
@@ -85,15 +92,20 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
     cfg = {**DEFAULTS, **(settings or {})}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(cfg["dataset"], data_dir=data_dir)
+    name, options = parse_spec(cfg["dataset"])
+    ds = load_dataset(name, data_dir=data_dir, **options)
     build = {"way": cfg["way"], "in_channels": ds.in_channels, "image_size": ds.image_size,
              "seed": cfg["seed"]}
     result: dict[str, Any] = {"inner": {v: {} for v in VARIANTS}, "inner_best": {v: {} for v in VARIANTS},
                               "inner_rho": dict.fromkeys(VARIANTS, cfg["common_rho"]),
-                              "outer": {"md": {}, "gd": {}}, "settings": cfg}
+                              "outer": {"md": {}, "gd": {}}, "outer_val": {"md": {}, "gd": {}},
+                              "settings": cfg}
     for shot in cfg["shots"]:
         key = f"{shot}-shot"
-        sampler = EpisodeSampler(ds, "test", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
+        if cfg["split"] == "test":
+            raise ValueError("md-convergence chooses step sizes on these episodes: use "
+                             "split = 'val', never the test split")
+        sampler = EpisodeSampler(ds, cfg["split"], cfg["way"], shot, cfg["query"], seed=cfg["seed"])
         episodes = [sampler[i].to(device) for i in range(cfg["episodes"])]
         for variant, (name, extra) in VARIANTS.items():
             method = build_method(name, **build, **extra).to(device).eval()
@@ -107,20 +119,45 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
                                                                    for r, c in curves.items()}}
             log.info("inner %s %s: best rho %g", variant, key, best)
         for variant in ("md", "gd"):
-            result["outer"][variant][key] = _outer_curve(variant, ds, shot, cfg, build, device)
+            result["outer"][variant][key], result["outer_val"][variant][key] = _outer_curve(
+                variant, ds, shot, cfg, build, device)
     atomic_write_json(out_dir / "convergence.json", result)
     _plot(result, out_dir)
 
 
+def _validation(method: MDBFSC, episodes: list) -> tuple[float, float]:
+    """Mean predictive NLL per query and accuracy on fixed validation episodes."""
+    was_training = method.training
+    method.eval()
+    nll, correct, n = 0.0, 0, 0
+    with torch.no_grad():
+        for ep in episodes:
+            probs = method.predict(ep).probs.double()
+            nll -= float(probs[torch.arange(len(ep.query_y)), ep.query_y].clamp_min(1e-12)
+                         .log().sum())
+            correct += int((probs.argmax(1) == ep.query_y).sum())
+            n += len(ep.query_y)
+    method.train(was_training)
+    return nll / n, correct / n
+
+
 def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dict,
-                 device: str) -> list[float | None]:
+                 device: str) -> tuple[list[float | None], list[dict[str, float]]]:
     rho = float(cfg["outer_rho"][str(shot)])
     method = build_method(VARIANTS[variant][0], **build, loss="predictive", lr=cfg["lr"],
                           steps_train=cfg["outer_inner_steps"], rho_train=rho).to(device).train()
     optimizer = torch.optim.Adam(method.param_groups())
     sampler = EpisodeSampler(ds, "train", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
+    val_sampler = EpisodeSampler(ds, "val", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
+    val_episodes = [val_sampler[i].to(device) for i in range(cfg["val_episodes"])]
     losses: list[float | None] = []
+    curve: list[dict[str, float]] = []
     for i in range(cfg["outer_iterations"]):
+        if cfg["val_every"] and i % cfg["val_every"] == 0:
+            loss, accuracy = _validation(method, val_episodes)
+            curve.append({"iteration": i, "loss": loss, "accuracy": accuracy})
+            log.info("outer %s %d-shot, iteration %d: validation loss %.4f, accuracy %.3f",
+                     variant, shot, i, loss, accuracy)
         optimizer.zero_grad()
         try:
             loss = method.meta_loss(sampler[i].to(device))
@@ -131,7 +168,12 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
-    return losses
+    if cfg["val_every"]:
+        loss, accuracy = _validation(method, val_episodes)
+        curve.append({"iteration": cfg["outer_iterations"], "loss": loss, "accuracy": accuracy})
+        log.info("outer %s %d-shot, iteration %d: validation loss %.4f, accuracy %.3f",
+                 variant, shot, cfg["outer_iterations"], loss, accuracy)
+    return losses, curve
 
 
 def _plot(result: Mapping[str, Any], out_dir: Path) -> None:

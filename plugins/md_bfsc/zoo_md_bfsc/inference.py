@@ -134,11 +134,11 @@ def gradient_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
     if moment:
         Kinv = torch.cholesky_inverse(LK)
         loc, S = K.new_zeros(K.shape[:-1]), K
-        post: Posterior = FullGaussianPosterior(K, loc, S, LK, jitter, episode)
+        post: Posterior = FullGaussianPosterior(K, loc, S, LK, episode, LS=LK)
     else:
         eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
         loc, S = K.new_zeros(K.shape[:-1]), eye.expand_as(K)
-        post = WhitenedPosterior(LK, loc, S, jitter, episode)
+        post = WhitenedPosterior(LK, loc, S, episode)
     history: list[float] = []
     expect = None
     for step in range(steps + 1):
@@ -154,12 +154,12 @@ def gradient_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
         if moment:
             loc = loc + rho * (g_m - (Kinv @ loc[..., None])[..., 0])
             S = _symmetric(S + rho * (torch.diag_embed(g_v) + 0.5 * (Sinv - Kinv)), episode)
-            post = FullGaussianPosterior(K, loc, S, LK, jitter, episode)
+            post = FullGaussianPosterior(K, loc, S, LK, episode)
         else:
             LtG = LK.transpose(-1, -2) * g_v[..., None, :]
             loc = loc + rho * ((LK.transpose(-1, -2) @ g_m[..., None])[..., 0] - loc)
             S = _symmetric(S + rho * (LtG @ LK + 0.5 * (Sinv - eye)), episode)
-            post = WhitenedPosterior(LK, loc, S, jitter, episode)
+            post = WhitenedPosterior(LK, loc, S, episode)
     final = elbo(post, expect) if final_elbo and expect is not None else None
     return InnerResult(post, history, final)
 

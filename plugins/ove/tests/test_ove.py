@@ -186,3 +186,41 @@ def test_feature_route_equals_dense_route(monkeypatch, loss):
     monkeypatch.setattr(zoo_ove, "prior_draws", lambda K, n, g: prior_draws(dense(K), n, g))
     check_algebra_routes(OVE, "query_probs", loss=loss, test_steps=3, chains=2,
                          pg_sampler="torch")
+def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():
+    """Class scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` by the method's Gauss-Hermite
+    rule on each pairwise difference, against Monte Carlo on the joint Gaussian predictive of
+    the query's class functions computed independently (dense algebra of psi = A f)."""
+    y, C, n, Q = torch.tensor([0, 2, 1, 2, 0, 1]), 3, 6, 2
+    pairs = Pairs(y, C)
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(n + Q, 2, generator=g, dtype=torch.float64)
+    full = torch.exp(-0.5 * torch.cdist(X, X).pow(2)) + 1e-6 * torch.eye(n + Q, dtype=torch.float64)
+    scales = torch.tensor([1.0, 1.5, 0.7], dtype=torch.float64)
+    Kall = scales[:, None, None] * full  # [C, n + Q, n + Q]
+    Kss, Ksq, kqq = Kall[:, :n, :n], Kall[:, :n, n:], torch.diagonal(Kall[:, n:, n:], dim1=-2,
+                                                                    dim2=-1)
+    w = torch.rand(1, len(pairs.point), generator=g, dtype=torch.float64) + 0.2
+    kappa = torch.full_like(w, 0.5)
+    method = OVE(IdentityBackbone(1), way=C, kernel=RBFKernel(1))
+    post = SitePosterior(pairs.prior_cov(Kss), w, kappa)
+    ours = method.class_log_scores(post, pairs, Ksq, kqq)[0]  # [Q, C]
+
+    # independent: psi | w ~ N(S kappa, S), S = (K_psi^-1 + W)^-1; f_q | psi by conditioning
+    Kpsi = pairs.prior_cov(Kss).numpy()
+    S = np.linalg.inv(np.linalg.inv(Kpsi) + np.diag(w[0].numpy()))
+    m = S @ kappa[0].numpy()
+    cross = pairs.cross_cov(Ksq).permute(1, 2, 0).reshape(len(pairs.point), Q * C).numpy()
+    prior_q = np.kron(np.eye(Q), np.zeros((C, C)))
+    for q in range(Q):
+        for c in range(C):
+            prior_q[q * C + c, q * C + c] = float(kqq[c, q])
+    A = np.linalg.solve(Kpsi, cross)
+    mean = A.T @ m
+    cov = prior_q - cross.T @ A + A.T @ S @ A
+    rng = np.random.default_rng(0)
+    f = rng.multivariate_normal(mean, cov, size=400_000).reshape(-1, Q, C)
+    diff = f[..., :, None] - f[..., None, :]
+    logsig = -np.logaddexp(0, -diff)
+    logsig[..., np.arange(C), np.arange(C)] = 0
+    mc = logsig.sum(-1).mean(0)
+    assert np.allclose(ours.numpy(), mc, atol=5e-3), (ours, mc)

@@ -21,11 +21,19 @@ Both chains start from a prior draw of ``f``. The predictive and the ML objectiv
 chains' last ``w`` through the ``M x M`` joint algebra once per episode (not once per step).
 
 Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(y | w)`` of support
-and query together at the chains' last ``w`` (its gradient at Gibbs draws of ``w`` estimates that
-of ``log p(y)`` by Fisher's identity); ``pl``, the log predictive probability of the query labels
-given the support. Prediction: for each chain's last ``w``, the Gaussian predictive of the query's
-class functions, the ``estimator`` (Gauss-Hermite, 20 nodes) for ``E[log sigmoid(f_c - f_c')]`` on every
-pairwise difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
+and query together at the chains' last ``w``; ``pl``, the log predictive probability of the query
+labels given the support. What ``ml`` is: by Fisher's identity ``grad log p(y) = E_{p(w | y)}[grad
+log p(y | w)]``, so it would estimate that gradient at draws of the posterior ``p(w | y)``. With
+``train_steps = 1`` (the authors' choice, kept as the default) the chains' last ``w`` is drawn from
+``p(w | f_0, y)`` with ``f_0`` a prior draw: the loss is then the gradient of ``E_{q_1}[log p(y |
+w)]`` under that one-sweep distribution ``q_1`` of ``w``, a surrogate, not an estimate of ``grad
+log p(y)``. ``train_steps = k`` is a burn-in of ``k - 1`` sweeps that moves ``q_k`` towards
+``p(w | y)`` (cost linear in ``k``); chains cannot persist across episodes, since ``w`` indexes an
+episode's own points and classes.
+
+Prediction: for each chain's last ``w``, the Gaussian predictive of the query's class functions,
+the ``estimator`` (Gauss-Hermite, 20 nodes) for ``E[log sigmoid(f_c - f_c')]`` on every pairwise
+difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
 averaged over chains (the authors average log-probabilities; a mixture over ``w`` is the
 predictive).
 """

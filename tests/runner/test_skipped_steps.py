@@ -1,0 +1,59 @@
+"""Training steps skipped as non-finite are counted per cell, shown in the report, and a cell whose
+skipped fraction exceeds the suite's ``max_skipped_fraction`` fails."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from zoo_protonet import ProtoNet
+
+from zoo.plugins import registry
+from zoo.runner.bench import run_suite
+from zoo.runner.report import load_report, markdown
+from zoo.runner.validate import SettingError
+
+from .conftest import tiny_suite
+
+
+class Sometimes(ProtoNet):
+    """ProtoNet whose loss is NaN on every third training step."""
+
+    name = "sometimes-nan"
+    calls = 0
+
+    def meta_loss(self, episode):
+        Sometimes.calls += 1
+        loss = super().meta_loss(episode)
+        return loss * torch.nan if Sometimes.calls % 3 == 0 else loss
+
+
+@pytest.fixture
+def sometimes():
+    reg = registry()
+    reg.register("methods", "sometimes-nan", Sometimes, owner="tests")
+    Sometimes.calls = 0
+    yield
+    reg.unregister("methods", "sometimes-nan")
+
+
+def test_skipped_steps_fail_a_cell_above_the_fraction(sometimes, tmp_path):
+    suite = tiny_suite(methods=["sometimes-nan"], test_datasets=["glyphs"])
+    outcome = run_suite(suite, out=tmp_path / "strict", device="cpu", progress=False)
+    (failed,) = outcome.failed
+    assert "2 of 6 training steps" in failed.error and "max_skipped_fraction" in failed.error
+
+
+def test_skipped_steps_are_counted_and_shown(sometimes, tmp_path):
+    suite = tiny_suite(methods=["sometimes-nan"], test_datasets=["glyphs"],
+                       max_skipped_fraction=0.5)
+    run_suite(suite, out=tmp_path, device="cpu", progress=False)
+    result = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+    assert (result["skipped_steps"], result["training_steps"]) == (2, 6)
+    assert "[2 steps skipped]" in markdown(load_report(tmp_path))
+
+
+def test_max_skipped_fraction_is_a_fraction():
+    with pytest.raises(SettingError, match=r"must be in \[0, 1\]"):
+        tiny_suite(max_skipped_fraction=1.5)
