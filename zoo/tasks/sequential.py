@@ -73,6 +73,11 @@ class StreamMethod(TaskMethod):
     def init(self) -> Any:
         """The state before any example (the prior)."""
 
+    def begin(self, stream: Stream) -> Any:
+        """The state at the start of ``stream``: :meth:`init`, unless the method draws random
+        numbers, which it then seeds from the stream (:func:`zoo.method.draw_seed`)."""
+        return self.init()
+
     @abstractmethod
     def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
         """The state after seeing one example ``x [dim]`` with label ``y`` (a 0-d tensor)."""
@@ -139,16 +144,17 @@ class Sequential(Task):
     def episodes(self, dataset: StreamData, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
         length = shape["stream_length"]
-        if length > len(dataset.pool):
+        pool, held_out = dataset.indices(split)
+        if length > len(pool):
             raise EpisodeError(f"stream_length = {length}, but {dataset.name!r} has "
-                               f"{len(dataset.pool)} stream examples; lower stream_length")
+                               f"{len(pool)} stream examples; lower stream_length")
 
         def get(i: int) -> Stream:
             s = stream_seed(seed, dataset.name, split, length, i)
-            order = dataset.pool[torch.randperm(len(dataset.pool),
-                                                generator=torch.Generator().manual_seed(s))[:length]]
+            order = pool[torch.randperm(len(pool),
+                                        generator=torch.Generator().manual_seed(s))[:length]]
             order = order.to(dataset.device)
-            held = dataset.held_out.to(dataset.device)
+            held = held_out.to(dataset.device)
             return Stream(dataset.x[order], dataset.y[order], dataset.x[held], dataset.y[held],
                           tuple(shape["eval_steps"]),
                           info={"dataset": dataset.name, "split": split, "index": int(i),
@@ -157,7 +163,7 @@ class Sequential(Task):
 
     def predict(self, method: StreamMethod, stream: Stream) -> StreamPrediction:
         """Run the whole stream: ``update`` once per example, ``predict`` at each eval step."""
-        state, probs, seconds = method.init(), [], []
+        state, probs, seconds = method.begin(stream), [], []
         steps = set(stream.eval_steps)
         if 0 in steps:
             probs.append(method.predict(state, stream.held_x))
