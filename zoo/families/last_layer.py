@@ -1,10 +1,19 @@
 """Weight-space members of the latent-Gaussian family: a Gaussian over a linear head's weights.
 
-With features ``phi(x) [D]`` and independent class weights ``w_c ~ N(mu_c, Sigma_c)``, the latent
-``f_c(x) = phi(x)^T w_c`` is Gaussian with mean ``phi^T mu_c`` and variance ``phi^T Sigma_c phi``;
-the probabilities follow from the family's shared expectation step. Under the prior
-``w_c ~ N(0, s I)`` this is the GP with the linear kernel ``k(x, x') = s phi(x)^T phi(x')``, and
-conditioning on the same Gaussian sites gives the same predictive (``tests/test_families.py``).
+The head's weights ``W [C, D]`` (one row per class) carry a Gaussian belief ``q`` from
+:mod:`zoo.gaussians`: either one member over ``vec(W)`` (row-major, ``[C D]``, so classes may be
+correlated, as under the full and Kronecker families of the Bayesian last layer) or a batch of
+``C`` independent members over ``[D]`` (one per class, as Gaussian sites give). With features
+``phi(x) [D]`` the logit ``f_c(x) = phi(x)^T w_c`` is Gaussian with mean ``phi^T mu_c`` and variance
+``v^T Sigma v`` for ``v = e_c (x) phi`` (:meth:`~zoo.gaussians.Gaussian.projected_variance`).
+
+Two predictives: the family's (these marginals -> the expectation step; exact when classes are
+independent a posteriori) and :meth:`LastLayerMethod.weight_probabilities`, the average of
+``softmax(W phi)`` over draws of the weights, which keeps the correlations between classes.
+
+Under the prior ``w_c ~ N(0, s I)`` the first is the GP with the linear kernel
+``k(x, x') = s phi(x)^T phi(x')``, and conditioning on the same Gaussian sites gives the same
+predictive (``tests/test_families.py``).
 """
 
 from __future__ import annotations
@@ -13,41 +22,78 @@ import torch
 from torch import Tensor
 
 from zoo.episode import Episode
+from zoo.expectations import Rule
 from zoo.families.latent_gaussian import LatentGaussianMethod
+from zoo.gaussians import FullGaussian, Gaussian
 from zoo.gp import DTYPE
+from zoo.method import draw_seed
 
 
-def linear_gaussian_marginals(phi: Tensor, mean: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
-    """Latent marginals ``[Q, C]`` of ``f_c = phi^T w_c`` for features ``phi [Q, D]`` and weights
-    ``w_c ~ N(mean[c], cov[c])`` (``[C, D]``, ``[C, D, D]``)."""
+def _per_class(q: Gaussian, way: int) -> bool:
+    """Whether ``q`` is a batch of ``way`` members over ``[D]`` (else one member over ``[C D]``)."""
+    return tuple(q.batch_shape) == (way,)
+
+
+def head_rows(phi: Tensor, way: int) -> Tensor:
+    """``[Q, C, C D]``: row ``(q, c)`` is ``e_c (x) phi_q``, so ``f_qc = row . vec(W)``."""
+    eye = torch.eye(way, dtype=phi.dtype, device=phi.device)
+    return (eye[None, :, :, None] * phi[:, None, None, :]).flatten(-2)
+
+
+def linear_gaussian_marginals(phi: Tensor, q: Gaussian, way: int) -> tuple[Tensor, Tensor]:
+    """Latent marginals ``[Q, C]`` of ``f_c = phi^T w_c`` for features ``phi [Q, D]`` and a belief
+    ``q`` over the head's weights (per class, or over ``vec(W)``)."""
     phi = phi.to(DTYPE)
-    f_mean = phi @ mean.T
-    f_var = torch.einsum("qd,cde,qe->qc", phi, cov, phi)
-    return f_mean, f_var.clamp_min(1e-12)
+    if _per_class(q, way):
+        f_var = q.projected_variance(phi.expand(way, *phi.shape)).T
+        return phi @ q.mean.T, f_var.clamp_min(1e-12)
+    f_mean = phi @ q.mean.view(way, -1).T
+    return f_mean, q.projected_variance(head_rows(phi, way)).clamp_min(1e-12)
+
+
+def weight_samples(q: Gaussian, way: int, z: Tensor) -> Tensor:
+    """Head weights ``[S, C, D]`` from standard normals ``z [S, n]``, ``n`` the noise of all of
+    ``q``'s members (``way * q.noise_dim`` per class, ``q.noise_dim`` over ``vec(W)``)."""
+    z = z.to(q.mean).view(z.shape[0], *q.batch_shape, q.noise_dim)
+    return q.transform(z).reshape(z.shape[0], way, -1)
 
 
 def gaussian_weight_posterior(phi: Tensor, lam: Tensor, nu: Tensor, prior_var: Tensor | float,
-                              ) -> tuple[Tensor, Tensor]:
-    """The weight posterior ``N(mean[c], cov[c])`` from the prior ``N(0, prior_var I)`` and Gaussian
-    sites ``exp(nu_cn f_cn - lam_cn f_cn^2 / 2)`` on ``f_cn = phi_n^T w_c`` (``phi [N, D]``,
-    ``lam, nu [C, N]``): ``cov = (I / s + Phi^T diag(lam) Phi)^-1``, ``mean = cov Phi^T nu``."""
+                              ) -> FullGaussian:
+    """The per-class weight posterior (natural form, batch ``[C]``) from the prior
+    ``N(0, prior_var I)`` and Gaussian sites ``exp(nu_cn f_cn - lam_cn f_cn^2 / 2)`` on
+    ``f_cn = phi_n^T w_c`` (``phi [N, D]``, ``lam, nu [C, N]``): precision
+    ``I / s + Phi^T diag(lam) Phi``, ``eta1 = Phi^T nu``."""
     phi, lam, nu = phi.to(DTYPE), lam.to(DTYPE), nu.to(DTYPE)
     eye = torch.eye(phi.shape[-1], dtype=DTYPE, device=phi.device)
     precision = eye / prior_var + torch.einsum("nd,cn,ne->cde", phi, lam, phi)
-    L = torch.linalg.cholesky(precision)
-    cov = torch.cholesky_inverse(L)
-    mean = torch.cholesky_solve((nu @ phi)[..., None], L)[..., 0]
-    return mean, cov
+    U = torch.linalg.cholesky(precision)
+    return FullGaussian.from_precision_tril(torch.cholesky_solve((nu @ phi)[..., None], U)[..., 0],
+                                            U)
 
 
 class LastLayerMethod(LatentGaussianMethod):
     """Base of methods with a Gaussian over a linear head's weights: a subclass supplies
     :meth:`weight_posterior` for an episode; the marginals and probabilities are the family's."""
 
-    def weight_posterior(self, episode: Episode) -> tuple[Tensor, Tensor]:
-        """Mean ``[C, D]`` and covariance ``[C, D, D]`` of the head's weights given the support."""
+    def weight_posterior(self, episode: Episode) -> Gaussian:
+        """The belief over the head's weights given the support (see the module docstring)."""
         raise NotImplementedError(f"{type(self).__name__} must implement weight_posterior(episode)")
 
     def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
-        mean, cov = self.weight_posterior(episode)
-        return linear_gaussian_marginals(self.features(episode.query_x), mean, cov)
+        q = self.weight_posterior(episode)
+        return linear_gaussian_marginals(self.features(episode.query_x), q, episode.way)
+
+    def weight_rule(self, q: Gaussian, episode: Episode, *, salt: int, samples: int) -> Rule:
+        """The estimator's points for draws of all of ``q``'s noise, seeded by the episode."""
+        n = q.noise_dim * (q.batch_shape.numel() if q.batch_shape else 1)
+        return self.estimator(samples=samples).rule(n, seed=draw_seed(episode, salt),
+                                                    device=q.mean.device)
+
+    def weight_probabilities(self, phi: Tensor, q: Gaussian, episode: Episode, *, salt: int,
+                             samples: int) -> Tensor:
+        """``E_q[softmax(W phi)]`` ``[Q, C]``: class probabilities averaged over the estimator's
+        draws of the weights."""
+        rule = self.weight_rule(q, episode, salt=salt, samples=samples)
+        W = weight_samples(q, episode.way, rule.points)
+        return rule.average(torch.softmax(phi.to(W) @ W.mT, -1), 0)
