@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch.func import jvp
 
 from zoo.errors import HyperParameterError
+from zoo.gaussians import predictive
 from zoo.hparams import HParam
 from zoo.method import draw_seed
 from zoo.tasks.sequential import Stream, StreamMethod
@@ -111,18 +111,15 @@ class Bong(StreamMethod):
         return BongState(belief, state.generator, state.predictive_seed, state.seen + 1)
 
     def predict(self, state: BongState, x: Tensor) -> Tensor:
-        kind, mu = self.hparams["predictive"], state.belief.mu
-        x = x.to(mu)
-        logits = self._f(mu, x)
+        kind, q = self.hparams["predictive"], state.belief.gaussian
+        x = x.to(q.mean)
         if kind == "plugin":
-            return torch.softmax(logits, -1).float()
+            return torch.softmax(predictive.plugin(lambda t: self._f(t, x), q), -1).float()
         generator = torch.Generator().manual_seed(state.predictive_seed)
-        draws = state.belief.sample(self.hparams["predictive_samples"], generator)
-        probs = torch.zeros_like(logits)
-        for theta in draws:
-            if kind == "mc":
-                probs += torch.softmax(self._f(theta, x), -1)
-            else:
-                tangent = jvp(lambda t: self._f(t, x), (mu,), (theta - mu,))[1]
-                probs += torch.softmax(logits + tangent, -1)
-        return (probs / len(draws)).float()
+        draws = self.hparams["predictive_samples"]
+        if kind == "mc":
+            probs = predictive.monte_carlo(lambda t: torch.softmax(self._f(t, x), -1), q, draws,
+                                           generator=generator)
+        else:
+            probs = predictive.linearised(lambda t: self._f(t, x), q, draws, generator=generator)
+        return probs.float()
