@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from zoo_bong.beliefs import FAMILIES, Belief
+import torch
+
+from zoo_bong.beliefs import FAMILIES, Belief, BeliefError
 from zoo_bong.curvature import CURVATURES, Curvature
 
 RULES = ("bong", "bog", "blr", "bbb")
@@ -49,11 +51,18 @@ def update(belief: Belief, estimate: Callable[[Belief], Curvature], rule: str, a
     """The belief after one observation, from the predicted ``belief``; ``estimate(q)`` gives
     ``(g, G)`` under ``q``. BONG's step has learning rate 1 whatever ``alpha`` is."""
     if rule == "bong":
-        return belief.natural_step(estimate(belief), 1.0)
+        return _finite(belief.natural_step(estimate(belief), 1.0), rule)
     if rule == "bog":
-        return belief.gradient_step(estimate(belief), alpha)
+        return _finite(belief.gradient_step(estimate(belief), alpha), rule)
     step = {"blr": type(belief).natural_step, "bbb": type(belief).gradient_step}[rule]
     current = belief
     for _ in range(iterations):
-        current = step(current, estimate(current), alpha, belief)
+        current = _finite(step(current, estimate(current), alpha, belief), rule)
     return current
+
+
+def _finite(belief: Belief, rule: str) -> Belief:
+    if not torch.isfinite(belief.mu).all():
+        raise BeliefError(f"rule {rule!r} on the {belief.family} belief diverged (the mean is no "
+                          "longer finite); lower alpha or the prior variance")
+    return belief
