@@ -308,7 +308,7 @@ class DiagLowRank(Belief):
                                 self.w + alpha * d_w)
 
 
-def prior_belief(family: str, mu: Tensor, variance: float, rank: int = 0) -> Belief:
+def prior_belief(family: str, mu: Tensor, variance: float | Tensor, rank: int = 0) -> Belief:
     """The isotropic prior ``N(mu, variance I)`` in ``family``."""
     eye = torch.eye(len(mu)).to(mu) if family.startswith("fc") else None
     if family == "fc":
@@ -317,7 +317,7 @@ def prior_belief(family: str, mu: Tensor, variance: float, rank: int = 0) -> Bel
         return FullMoment.make(mu, eye * variance)
     if family in ("dg", "dg-mom"):
         cls = DiagNatural if family == "dg" else DiagMoment
-        return cls(DiagonalGaussian(mu, torch.full_like(mu, variance)))
+        return cls(DiagonalGaussian(mu, torch.ones_like(mu) * variance))
     if family == "dlr":
-        return DiagLowRank.make(mu, torch.full_like(mu, 1 / variance), mu.new_zeros(len(mu), rank))
+        return DiagLowRank.make(mu, torch.ones_like(mu) / variance, mu.new_zeros(len(mu), rank))
     raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
