@@ -236,9 +236,12 @@ class DiagMoment(Belief):
 def project_low_rank(ups: Tensor, w: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     """LO-FI's projection of ``diag(ups) + w w^T`` (``w [P, K]``) onto rank ``rank``: the top
     singular directions of ``w`` stay, the rest moves to the diagonal, so the diagonal of the
-    precision is kept exactly (notes §2.4, DLR step 3). A thin SVD, ``O(P K^2)``."""
-    u, s, _ = torch.linalg.svd(w, full_matrices=False)
-    us = u * s  # columns u_j s_j, largest first
+    precision is kept exactly (notes §2.4, DLR step 3). The thin SVD ``w = U S V^T`` comes from a
+    QR factorisation and the SVD of its ``K x K`` triangle (``O(P K^2)``; LAPACK's SVD of the tall
+    matrix is several times slower, the Gram matrix's eigenvectors are unstable)."""
+    q, r = torch.linalg.qr(w)
+    u_r, s, _ = torch.linalg.svd(r)
+    us = q @ (u_r * s)  # columns u_j s_j, largest first
     return ups + us[:, rank:].square().sum(1), us[:, :rank]
 
 
