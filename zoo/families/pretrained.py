@@ -11,6 +11,7 @@ error that says to raise it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,8 +56,8 @@ class ClassTable(nn.Module):
         rows = torch.tensor([self.class_index[n] for n in names], device=labels.device)
         return rows[labels]
 
-    def loss(self, backbone: nn.Module, episode: Episode) -> Tensor:
-        """Cross-entropy of the head on the backbone's features of the whole episode."""
+    def loss(self, features: Callable[[Tensor], Tensor], episode: Episode) -> Tensor:
+        """Cross-entropy of the head on ``features`` of the whole episode (support and query)."""
         x = torch.cat([episode.support_x, episode.query_x])
         y = self.global_labels(episode, torch.cat([episode.support_y, episode.query_y]))
-        return F.cross_entropy(self.classifier(backbone(x)), y)
+        return F.cross_entropy(self.classifier(features(x)), y)

@@ -26,13 +26,13 @@ def test_class_table_grows_persists_and_refuses_overflow():
     m = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2, num_classes=3)
     m.meta_loss(episode(("x", "y")))
     m.meta_loss(episode(("y", "z")))
-    assert m.class_index == {"x": 0, "y": 1, "z": 2}
+    assert m.pretraining.class_index == {"x": 0, "y": 1, "z": 2}
     # the rows: "y" is row 1 in both episodes
     ep = episode(("z", "y"))
-    assert m.global_labels(ep, ep.support_y).tolist() == [2, 2, 1, 1]
+    assert m.pretraining.global_labels(ep, ep.support_y).tolist() == [2, 2, 1, 1]
     again = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2, num_classes=3)
     again.load_state_dict(m.state_dict())
-    assert again.class_index == m.class_index
+    assert again.pretraining.class_index == m.pretraining.class_index
     with pytest.raises(HyperParameterError, match="num_classes"):
         m.meta_loss(episode(("w", "x")))
     ep = episode()
@@ -43,11 +43,11 @@ def test_class_table_grows_persists_and_refuses_overflow():
 
 def test_pretraining_loss_is_cross_entropy_over_global_rows():
     m = FeatureTransfer(IdentityBackbone(2, learnable=True), way=2, num_classes=4)
-    m.class_index = {"q": 0, "b": 1, "a": 2}
+    m.pretraining.class_index = {"q": 0, "b": 1, "a": 2}
     ep = episode(("a", "b"))
     x = torch.cat([ep.support_x, ep.query_x])
     y = torch.tensor([2, 2, 1, 1, 2, 1, 1])
-    assert torch.allclose(m.meta_loss(ep), F.cross_entropy(m.classifier(x), y))
+    assert torch.allclose(m.meta_loss(ep), F.cross_entropy(m.pretraining.classifier(x), y))
 
 
 def test_feature_transfer_logistic_regression_separates_the_classes():

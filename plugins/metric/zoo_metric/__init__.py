@@ -11,13 +11,9 @@
   query's feature maps and each class's summed support maps, trained by mean squared error to
   one-hot.
 
-Pre-training from episodes. The runner only hands methods episodes, so the two pre-trained
-baselines keep a class table: each global class name (``episode.info["classes"]``) gets the next
-free row of a classifier head of fixed capacity ``num_classes`` the first time it is seen, and
-every training episode (support and query together) is one mini-batch of ordinary supervised
-classification over all rows. The table is part of the module's state (saved in checkpoints via
-``get_extra_state``); a data set with more training classes than ``num_classes`` is an error that
-says to raise it.
+Pre-training from episodes: the two pre-trained baselines train their backbone as an ordinary
+classifier over the training classes through the core's class table
+(:class:`zoo.families.pretrained.ClassTable`).
 """
 
 from __future__ import annotations
@@ -32,7 +28,8 @@ from torch import Tensor, nn
 import zoo
 from zoo import Episode, Method, Prediction
 from zoo.backbones import Backbone, ConvNet
-from zoo.errors import EpisodeError, HyperParameterError
+from zoo.errors import HyperParameterError
+from zoo.families.pretrained import ClassTable
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 
@@ -57,41 +54,15 @@ class PretrainedClassifier(Method):
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
-        self.class_index: dict[str, int] = {}
-        self.classifier = self.make_head(backbone.feature_dim, self.hparams["num_classes"])
+        n = self.hparams["num_classes"]
+        self.pretraining = ClassTable(backbone.feature_dim, n, method=self.name,
+                                      head=self.make_head(backbone.feature_dim, n))
 
     def make_head(self, in_features: int, out_features: int) -> nn.Module:
         return nn.Linear(in_features, out_features)
 
-    def get_extra_state(self) -> dict[str, Any]:
-        return {"classes": sorted(self.class_index, key=self.class_index.__getitem__)}
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.class_index = {name: i for i, name in enumerate(state["classes"])}
-
-    def global_labels(self, episode: Episode, labels: Tensor) -> Tensor:
-        """Episode labels ``0..way-1`` mapped to rows of the head, growing the class table."""
-        names = episode.info.get("classes")
-        if names is None or len(names) != episode.way:
-            raise EpisodeError(f"{self.name} pre-trains on global classes but episode {episode.id} "
-                               "has no info['classes'] (one name per way); sample it with "
-                               "zoo.EpisodeSampler")
-        capacity = self.hparams["num_classes"]
-        for name in names:
-            if name not in self.class_index:
-                if len(self.class_index) == capacity:
-                    raise HyperParameterError(
-                        f"{self.name}: more than num_classes={capacity} training classes seen "
-                        f"(episode {episode.id}); raise num_classes to at least the number of "
-                        "training classes")
-                self.class_index[name] = len(self.class_index)
-        rows = torch.tensor([self.class_index[n] for n in names], device=labels.device)
-        return rows[labels]
-
     def meta_loss(self, episode: Episode) -> Tensor:
-        x = torch.cat([episode.support_x, episode.query_x])
-        y = self.global_labels(episode, torch.cat([episode.support_y, episode.query_y]))
-        return F.cross_entropy(self.classifier(self.features(x)), y)
+        return self.pretraining.loss(self.features, episode)
 
 
 class FeatureTransfer(PretrainedClassifier):

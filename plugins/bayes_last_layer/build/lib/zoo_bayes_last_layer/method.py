@@ -23,6 +23,7 @@ Feature Transfer (``"pretrain"``; Chen et al., ICLR 2019), with the VI only at t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
-from zoo.families.last_layer import LastLayerMethod, weight_samples
+from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals, weight_samples
 from zoo.families.pretrained import ClassTable
 from zoo.gaussians import DiagonalGaussian, Gaussian, kl_divergence
 from zoo.gp import DTYPE
@@ -40,6 +41,54 @@ from zoo.method import episode_generator
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 SCALINGS = ("mean", "batch")
+FEATURES = ("raw", "l2", "centred-l2")
+
+
+class Ascent:
+    """Plain gradient ascent ``p + lr g`` (differentiable, for the unrolled inner loop)."""
+
+    def __init__(self, lr: float):
+        self.lr = lr
+
+    def __call__(self, params: list[Tensor], grads: tuple[Tensor, ...]) -> list[Tensor]:
+        return [p + self.lr * g for p, g in zip(params, grads)]
+
+
+class AdamAscent:
+    """Adam (Kingma & Ba 2015) on the ascent direction, written out so that it can be unrolled:
+    ``p + lr m_hat / (sqrt(v_hat) + eps)``. It is invariant to the objective's scale (up to
+    ``eps``), so it needs no per-family step size, where plain ascent diverges on K-FAC's factors
+    (each shared by ``D`` or ``C`` weights)."""
+
+    def __init__(self, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.t = 0
+        self.m: list[Tensor] = []
+        self.v: list[Tensor] = []
+
+    def __call__(self, params: list[Tensor], grads: tuple[Tensor, ...]) -> list[Tensor]:
+        b1, b2 = self.betas
+        if not self.m:
+            self.m = [torch.zeros_like(g) for g in grads]
+            self.v = [torch.zeros_like(g) for g in grads]
+        self.t += 1
+        self.m = [b1 * m + (1 - b1) * g for m, g in zip(self.m, grads)]
+        self.v = [b2 * v + (1 - b2) * g * g for v, g in zip(self.v, grads)]
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        return [p + self.lr * (m / c1) / ((v / c2 + self.eps**2).sqrt() + self.eps)
+                for p, m, v in zip(params, self.m, self.v)]
+
+
+INNER_OPTIMIZERS = {"adam": AdamAscent, "sgd": Ascent}
+
+
+LogLikelihood = Callable[[Tensor, Tensor], Tensor]
+
+
+def categorical_log_likelihood(logits: Tensor, y: Tensor) -> Tensor:
+    """``log softmax(f)_y`` ``[S, b]`` for logits ``[S, b, C]`` and labels ``[b]``."""
+    log_p = torch.log_softmax(logits, -1)
+    return log_p.gather(-1, y.expand(*logits.shape[:-1])[..., None])[..., 0]
 
 
 def support_batches(n: int, batch_size: int, generator: torch.Generator) -> list[Tensor]:
@@ -71,22 +120,27 @@ class BayesLastLayer(LastLayerMethod):
         "batch_size": HParam(0, ge=0, doc="support points per inner step; 0: all (B = 1)"),
         "prior": HParam("learned", choices=("learned", "fixed"),
                         doc="prior variances per feature: meta-learned or fixed at prior_var"),
-        "prior_var": HParam(1.0, gt=0, doc="prior variance per weight (its initial value if "
-                            "learned)"),
+        "prior_var": HParam(100.0, gt=0, doc="prior variance per weight of unit-norm features "
+                            "(its initial value if learned); chosen on glyphs validation episodes"),
         "init_scale": HParam(0.1, gt=0, doc="initial posterior standard deviation, in prior "
                              "units"),
-        "inner_lr": HParam(1.0, gt=0, doc="gradient step size of the inner VI"),
+        "inner_optimizer": HParam("adam", choices=tuple(INNER_OPTIMIZERS),
+                                  doc="ascent rule of the inner VI (adam: scale-free; sgd: the "
+                                  "ELBO scaling sets its step)"),
+        "inner_lr": HParam(0.1, gt=0, doc="step size of the inner VI"),
         "steps_train": HParam(10, ge=0, doc="inner steps in meta-training"),
         "steps_test": HParam(50, ge=0, doc="inner steps at test"),
         "samples_train": HParam(8, ge=1, doc="weight draws per ELBO and meta-loss estimate"),
         "samples_test": HParam(64, ge=1, doc="weight draws of the predictive at test"),
-        "normalize": HParam(True, doc="L2-normalise the features"),
+        "features": HParam("centred-l2", choices=FEATURES, doc="raw; l2: L2-normalised; "
+                            "centred-l2: minus the support's mean feature, then L2-normalised"),
         "backbone_training": HParam("meta", choices=("meta", "pretrain"),
                                     doc="meta: through the inner VI; pretrain: as a classifier "
                                     "over the training classes (Feature Transfer)"),
         "num_classes": HParam(1000, ge=1, doc="rows of the pre-training head (pretrain only)"),
-        "estimator": HParam("sobol", doc="draws of the weights: a zoo.expectations spec with "
-                            "points in any dimension (sobol or mc)"),
+        "estimator": HParam("mc", doc="draws of the weights: a zoo.expectations spec with "
+                            "points in any dimension (mc, or sobol: ~30 ms to scramble per draw "
+                            "set at C D = 320)"),
     }
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
@@ -100,9 +154,20 @@ class BayesLastLayer(LastLayerMethod):
         if self.hparams["backbone_training"] == "pretrain":
             self.pretraining = ClassTable(d, self.hparams["num_classes"], method=self.name)
 
-    def features(self, x: Tensor) -> Tensor:
-        z = self.backbone(x).to(DTYPE)
-        return F.normalize(z, dim=-1) if self.hparams["normalize"] else z
+    def head_features(self, episode: Episode) -> tuple[Tensor, Tensor]:
+        """The head's inputs for the support and the queries (``features``: centred by the
+        support's mean feature only, never the queries', so a prediction uses the support alone;
+        raw features of an untrained Conv4 have cosine similarities near 1, which a head with a
+        zero-mean prior cannot separate)."""
+        x = torch.cat([episode.support_x, episode.query_x])
+        z = self.features(x).to(DTYPE)
+        n = len(episode.support_y)
+        mode = self.hparams["features"]
+        if mode == "centred-l2":
+            z = z - z[:n].mean(0)
+        if mode != "raw":
+            z = F.normalize(z, dim=-1)
+        return z[:n], z[n:]
 
     def prior(self, way: int) -> DiagonalGaussian:
         """``N(0, diag(s^2))`` over ``vec(W)``."""
@@ -110,59 +175,68 @@ class BayesLastLayer(LastLayerMethod):
         return DiagonalGaussian(torch.zeros_like(var), var)
 
     def fit(self, phi: Tensor, y: Tensor, episode: Episode, *, steps: int, samples: int,
-            create_graph: bool) -> tuple[Gaussian, list[float]]:
-        """``steps`` gradient steps on the scaled ELBO from the start; the belief and the full
-        ELBO (per support point) after each step."""
+            create_graph: bool, log_likelihood: LogLikelihood = categorical_log_likelihood,
+            ) -> tuple[Gaussian, list[float]]:
+        """``steps`` ascent steps on the scaled ELBO from the start (fresh weight draws each
+        step); the belief and the ELBO per support point before each step. ``log_likelihood``
+        maps logits ``[S, b, C]`` and targets to ``[S, b]`` (the categorical one; tests pass a
+        Gaussian one for the conjugate limit)."""
         h, way = self.hparams, episode.way
         scale = (0.5 * self.prior_log_var).exp()
         prior = self.prior(way)
         params = initial_parameters(h["family"], way, phi.shape[-1], h["init_scale"],
                                     dtype=phi.dtype, device=phi.device)
         batches = support_batches(len(y), h["batch_size"], episode_generator(episode, salt=3))
+        step_fn = INNER_OPTIMIZERS[h["inner_optimizer"]](h["inner_lr"])
         trace = []
         for step in range(steps):
             q = build(h["family"], params, scale)
             index = batches[step % len(batches)].to(phi.device)
-            ell = self.expected_log_likelihood(q, phi[index], y[index], episode,
+            ell = self.expected_log_likelihood(q, phi[index], y[index], episode, log_likelihood,
                                                salt=16 + step, samples=samples)
             kl = kl_divergence(q, prior)
             objective = scaled_elbo(ell, kl, len(y), len(batches), h["elbo_scaling"])
             grads = torch.autograd.grad(objective, params, create_graph=create_graph)
-            params = [p + h["inner_lr"] * g for p, g in zip(params, grads)]
-            trace.append(float(len(batches) * ell.sum() - kl) / len(y))
+            params = step_fn(params, grads)
+            trace.append((len(batches) * ell.sum() - kl).item() / len(y))
         return build(h["family"], params, scale), trace
 
-    def expected_log_likelihood(self, q: Gaussian, phi: Tensor, y: Tensor, episode: Episode, *,
+    def expected_log_likelihood(self, q: Gaussian, phi: Tensor, y: Tensor, episode: Episode,
+                                log_likelihood: LogLikelihood = categorical_log_likelihood, *,
                                 salt: int, samples: int) -> Tensor:
-        """``E_q[log softmax(W phi_i)_{y_i}]`` ``[b]`` by the estimator's reparameterised draws."""
+        """``E_q[log p(y_i | W phi_i)]`` ``[b]`` by the estimator's reparameterised draws."""
         rule = self.weight_rule(q, episode, salt=salt, samples=samples)
         W = weight_samples(q, episode.way, rule.points)
-        log_p = torch.log_softmax(phi @ W.mT, -1)                     # [S, b, C]
-        return rule.average(log_p.gather(-1, y.expand(len(W), -1)[..., None])[..., 0], 0)
+        return rule.average(log_likelihood(phi @ W.mT, y), 0)
+
+    def posterior(self, phi: Tensor, episode: Episode) -> tuple[Gaussian, list[float]]:
+        """The belief after ``steps_test`` inner steps on the support features ``phi``, and the
+        ELBO trace."""
+        with torch.enable_grad():
+            return self.fit(phi.detach(), episode.support_y, episode,
+                            steps=self.hparams["steps_test"], samples=self.hparams["samples_train"],
+                            create_graph=False)
 
     def weight_posterior(self, episode: Episode) -> Gaussian:
-        with torch.enable_grad():
-            phi = self.features(episode.support_x)
-            q, _ = self.fit(phi, episode.support_y, episode, steps=self.hparams["steps_test"],
-                            samples=self.hparams["samples_train"], create_graph=False)
-        return q
+        return self.posterior(self.head_features(episode)[0], episode)[0]
+
+    def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
+        phi_s, phi_q = self.head_features(episode)
+        return linear_gaussian_marginals(phi_q, self.posterior(phi_s, episode)[0], episode.way)
 
     def meta_loss(self, episode: Episode) -> Tensor:
         h = self.hparams
         if h["backbone_training"] == "pretrain":
-            return self.pretraining.loss(self.backbone, episode)
-        q, _ = self.fit(self.features(episode.support_x), episode.support_y, episode,
-                        steps=h["steps_train"], samples=h["samples_train"], create_graph=True)
-        probs = self.weight_probabilities(self.features(episode.query_x), q, episode, salt=1,
-                                          samples=h["samples_train"])
+            return self.pretraining.loss(self.features, episode)
+        phi_s, phi_q = self.head_features(episode)
+        q, _ = self.fit(phi_s, episode.support_y, episode, steps=h["steps_train"],
+                        samples=h["samples_train"], create_graph=True)
+        probs = self.weight_probabilities(phi_q, q, episode, salt=1, samples=h["samples_train"])
         return F.nll_loss(probs.clamp_min(1e-12).log(), episode.query_y).float()
 
     def predict(self, episode: Episode) -> Prediction:
-        h = self.hparams
-        with torch.enable_grad():
-            phi = self.features(episode.support_x).detach()
-            q, trace = self.fit(phi, episode.support_y, episode, steps=h["steps_test"],
-                                samples=h["samples_train"], create_graph=False)
-        probs = self.weight_probabilities(self.features(episode.query_x), q, episode, salt=1,
-                                          samples=h["samples_test"])
+        phi_s, phi_q = self.head_features(episode)
+        q, trace = self.posterior(phi_s, episode)
+        probs = self.weight_probabilities(phi_q, q, episode, salt=1,
+                                          samples=self.hparams["samples_test"])
         return Prediction(probs.detach().float(), {"inner_objective": trace})
