@@ -342,3 +342,16 @@ def test_hutchinson_diagonal_is_unbiased_for_the_hessian_diagonal():
     curv = monte_carlo(logits, lik, draws, x, y, True, torch.Generator().manual_seed(0))
     hess = torch.func.hessian(lambda th: lik.log_prob(logits(th, x), y))(theta)
     torch.testing.assert_close(curv.diag, torch.diag(hess), atol=0.05, rtol=0.05)
+
+
+@pytest.mark.slow
+def test_bbb_on_the_dlr_family_converges_to_the_exact_posterior_through_the_kl_gradient():
+    # full rank (L = P): the VI optimum is the exact posterior; the KL term's gradient in
+    # (mu, ups, w) comes from zoo.gaussians' closed-form KL by autograd
+    xs, ys, lik = linear_gaussian(1)
+    xs = 0.3 * xs
+    q0 = DiagLowRank.make(torch.zeros(P), torch.ones(P), 0.1 * torch.eye(P))
+    q = update(q0, estimator("lin-hess", lik, xs[0], ys[0]), "bbb", 0.05, 2000)
+    mu, cov = kalman(q0.mu, q0.gaussian.covariance(), xs[0].reshape(C, P), ys[0], lik.noise)
+    torch.testing.assert_close(q.mu, mu)
+    torch.testing.assert_close(q.gaussian.covariance(), cov, atol=2e-3, rtol=0)
