@@ -10,12 +10,12 @@ from zoo import backbones, baselines, expectations, kernels, tasks
 from zoo.data import DATASETS
 from zoo.data.functions import load_gp_rbf, load_sinusoid
 from zoo.data.integrands import load_gaussian_cosine, load_genz_oscillatory
-from zoo.data.streams import load_digits_stream
+from zoo.data.streams import load_digits_stream, load_mnist_stream
 from zoo.hookspecs import hookimpl
 
 GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
              "gaussian-cosine": load_gaussian_cosine, "genz-oscillatory": load_genz_oscillatory,
-             "digits-stream": load_digits_stream}
+             "digits-stream": load_digits_stream, "mnist-stream": load_mnist_stream}
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
 

@@ -5,8 +5,9 @@ the Bayesian online natural-gradient family (Jones et al. 2024) and pyro's ``SMC
 An episode is one stream: a pure function of (seed, data set, split, stream length, index). It is
 scored on the data set's held-out examples after each of the ``eval_steps`` updates: NLPD (mean
 negative log predictive probability), error rate and ECE (15 bins), and by the wall time per
-update. A record holds the whole curve; the summary gives the final numbers with 95% CIs over
-streams and the mean curve.
+update. A record holds the whole curve (each point also the wall time of the updates so far); the
+summary gives the final numbers with 95% CIs over streams and the mean curve, plotted against
+examples seen and against wall time.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class StreamMethod(TaskMethod):
     @abstractmethod
     def init(self) -> Any:
         """The state before any example (the prior)."""
+
+    def begin(self, stream: Stream) -> Any:
+        """The state at the start of ``stream``: :meth:`init`, unless the method draws random
+        numbers, which it then seeds from the stream (:func:`zoo.method.draw_seed`)."""
+        return self.init()
 
     @abstractmethod
     def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
@@ -139,16 +145,17 @@ class Sequential(Task):
     def episodes(self, dataset: StreamData, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
         length = shape["stream_length"]
-        if length > len(dataset.pool):
+        pool, held_out = dataset.indices(split)
+        if length > len(pool):
             raise EpisodeError(f"stream_length = {length}, but {dataset.name!r} has "
-                               f"{len(dataset.pool)} stream examples; lower stream_length")
+                               f"{len(pool)} stream examples; lower stream_length")
 
         def get(i: int) -> Stream:
             s = stream_seed(seed, dataset.name, split, length, i)
-            order = dataset.pool[torch.randperm(len(dataset.pool),
-                                                generator=torch.Generator().manual_seed(s))[:length]]
+            order = pool[torch.randperm(len(pool),
+                                        generator=torch.Generator().manual_seed(s))[:length]]
             order = order.to(dataset.device)
-            held = dataset.held_out.to(dataset.device)
+            held = held_out.to(dataset.device)
             return Stream(dataset.x[order], dataset.y[order], dataset.x[held], dataset.y[held],
                           tuple(shape["eval_steps"]),
                           info={"dataset": dataset.name, "split": split, "index": int(i),
@@ -157,7 +164,7 @@ class Sequential(Task):
 
     def predict(self, method: StreamMethod, stream: Stream) -> StreamPrediction:
         """Run the whole stream: ``update`` once per example, ``predict`` at each eval step."""
-        state, probs, seconds = method.init(), [], []
+        state, probs, seconds = method.begin(stream), [], []
         steps = set(stream.eval_steps)
         if 0 in steps:
             probs.append(method.predict(state, stream.held_x))
@@ -193,13 +200,15 @@ class Sequential(Task):
     def score(self, prediction: StreamPrediction, stream: Stream,
               temperature: float = 1.0) -> dict[str, Any]:
         y = stream.held_y.cpu()
+        elapsed = np.concatenate([[0.0], np.cumsum(prediction.update_seconds)])
         curve = []
         for step, p in zip(stream.eval_steps, prediction.probs):
             p = p.detach().double().cpu()
             conf, guess = p.max(1)
             correct = (guess == y).double()
             curve.append({"step": step, "nlpd": nll(p, y), "error": float(1 - correct.mean()),
-                          "ece": ece_mce(conf.numpy(), correct.numpy())[0]})
+                          "ece": ece_mce(conf.numpy(), correct.numpy())[0],
+                          "update_seconds": float(elapsed[step])})
         last = curve[-1]
         return {"seed": stream.info.get("seed"), "final_nlpd": last["nlpd"],
                 "final_error": last["error"], "final_ece": last["ece"],
@@ -209,8 +218,9 @@ class Sequential(Task):
         nlpd, nlpd_ci = mean_ci([r["final_nlpd"] for r in records])
         error, error_ci = mean_ci([r["final_error"] for r in records])
         steps = [p["step"] for p in records[0]["curve"]]
+        keys = [k for k in ("nlpd", "error", "ece", "update_seconds") if k in records[0]["curve"][0]]
         curve = [{"step": s, **{k: float(np.mean([r["curve"][i][k] for r in records]))
-                                for k in ("nlpd", "error", "ece")}} for i, s in enumerate(steps)]
+                                for k in keys}} for i, s in enumerate(steps)]
         return {"final_nlpd": nlpd, "nlpd_ci95": nlpd_ci, "final_error": error,
                 "error_ci95": error_ci,
                 "final_ece": float(np.mean([r["final_ece"] for r in records])),
@@ -237,18 +247,22 @@ class Sequential(Task):
         styles = method_styles(report.methods)
         written = []
         for s in [s for s in report.settings if s[0] == self.name]:
-            fig, axes = plt.subplots(1, 2, figsize=(8, 3.3), layout="constrained")
+            fig, axes = plt.subplots(2, 2, figsize=(8, 6.3), layout="constrained")
             for m in report.methods:
                 entry = report.entries.get((m, s))
                 if entry is None or not entry.results:
                     continue
                 curve = entry.summary()["curve"]
-                for ax, key in zip(axes, ("nlpd", "error")):
-                    ax.plot([p["step"] for p in curve], [p[key] for p in curve], label=m,
-                            **styles[m])
-            for ax, key in zip(axes, ("held-out NLPD", "held-out error")):
-                ax.set(xlabel="examples seen", ylabel=key, xscale="symlog")
-            legend_outside(fig, axes[0])
+                for row, x_key in zip(axes, ("step", "update_seconds")):
+                    if x_key not in curve[0]:
+                        continue
+                    for ax, key in zip(row, ("nlpd", "error")):
+                        ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
+                                **styles[m])
+            for row, x_label in zip(axes, ("examples seen", "wall time of the updates (s)")):
+                for ax, key in zip(row, ("held-out NLPD", "held-out error")):
+                    ax.set(xlabel=x_label, ylabel=key, xscale="symlog")
+            legend_outside(fig, axes[0, 0])
             fig.suptitle(f"sequential: {report.label(s)}")
             written.append(save(fig, out / f"sequential-{slug(report.label(s))}.png"))
         return written

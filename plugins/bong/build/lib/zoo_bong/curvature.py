@@ -1,0 +1,80 @@
+"""The four estimators of ``(g, G)`` (Jones et al. 2024, Table 1; notes-bong.md §2.2).
+
+``g = E_q[grad log p(y | x, theta)]`` and ``G = E_q[hess log p(y | x, theta)]``, the gradients of
+the expected log-likelihood in the mean and (times two) in the covariance (Bonnet/Price). ``G`` is
+kept as a factor, ``G = -root root^T`` with ``root [P, K]`` (``K = C`` for LIN-HESS, ``M`` for
+MC-EF, 1 for LIN-EF), or as a diagonal (MC-HESS with Hutchinson's estimator), never as a dense
+``P x P`` matrix. Jacobians, per-sample gradients and Hessian-vector products come from
+``torch.func``.
+
+- ``lin-hess``: linearise the network at the mean: ``g = F^T s``, ``root = F^T A`` with
+  ``F = df/dtheta [C, P]``, ``s`` the likelihood's score and ``A A^T`` its Fisher matrix in ``f``
+  (the generalised Gauss-Newton matrix, in the logits form of Prop. 4.2).
+- ``lin-ef``: the same ``g``, ``root = g`` (rank one, one vector-Jacobian product).
+- ``mc-ef``: ``M`` draws ``theta_m ~ q``; ``g`` the mean gradient, ``root = [g_1 .. g_M] / sqrt M``.
+- ``mc-hess``: the same ``g``; ``diag G`` by Hutchinson, ``mean_m z_m * (hess_m z_m)`` with one
+  Rademacher probe ``z_m`` per draw (unbiased for the diagonal of ``E_q[hess]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.func import grad, jacrev, jvp, vjp, vmap
+from zoo_bong.likelihoods import Likelihood
+
+CURVATURES = ("mc-hess", "mc-ef", "lin-hess", "lin-ef")
+
+#: ``model(theta [P], x) -> f [C]``, the network as a function of its flat parameters.
+Model = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Curvature:
+    """``g [P]`` and ``G`` as ``-root root^T`` (``root [P, K]``) or as its diagonal ``diag [P]``."""
+
+    g: Tensor
+    root: Tensor | None = None
+    diag: Tensor | None = None
+
+    def diagonal(self) -> Tensor:
+        """``diag G``."""
+        return self.diag if self.diag is not None else -self.root.square().sum(1)
+
+    def dense(self) -> Tensor:
+        """``G [P, P]`` (full-covariance families only)."""
+        if self.root is None:
+            raise ValueError("this curvature has only a diagonal; use a diagonal family")
+        return -self.root @ self.root.T
+
+
+def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y: Tensor,
+               hessian: bool) -> Curvature:
+    """LIN-HESS (``hessian=True``) or LIN-EF, linearising the network at ``mean``."""
+    if hessian:
+        f = model(mean, x)
+        jac = jacrev(model)(mean, x)  # [C, P], C backward passes
+        g = jac.T @ likelihood.score(f, y)
+        return Curvature(g, root=jac.T @ likelihood.fisher_root(f))
+    f, pullback = vjp(lambda theta: model(theta, x), mean)
+    (g,) = pullback(likelihood.score(f.detach(), y))
+    return Curvature(g, root=g[:, None])
+
+
+def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, y: Tensor,
+                hessian: bool, generator: torch.Generator) -> Curvature:
+    """MC-HESS (``hessian=True``, Hutchinson diagonal) or MC-EF from ``draws [M, P]`` of ``q``."""
+
+    def log_lik(theta: Tensor) -> Tensor:
+        return likelihood.log_prob(model(theta, x), y)
+
+    grads = vmap(grad(log_lik))(draws)  # [M, P]
+    g = grads.mean(0)
+    if not hessian:
+        return Curvature(g, root=grads.T / draws.shape[0] ** 0.5)
+    probes = torch.randint(0, 2, draws.shape, generator=generator).to(draws) * 2 - 1
+    hvp = vmap(lambda theta, z: jvp(grad(log_lik), (theta,), (z,))[1])(draws, probes)
+    return Curvature(g, diag=(probes * hvp).mean(0))

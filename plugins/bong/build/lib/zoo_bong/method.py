@@ -1,0 +1,125 @@
+"""``bong``: a Gaussian belief over a network's weights, updated once per observation of a stream.
+
+One method, every tractable cell of Jones et al. (2024)'s table as hyper-parameters: ``rule``
+(bong, bog, blr, bbb), ``curvature`` (mc-hess, mc-ef, lin-hess, lin-ef), ``family`` (fc, fc-mom,
+dg, dg-mom, dlr with ``rank``), dynamics ``gamma``, ``q``; e.g. ``--set bong.rule=blr --set
+bong.curvature=lin-ef``. The prior is ``N(theta_0, prior_var I)`` around the network's seeded
+initial weights; the predictive is the plug-in ``p(y | x, mu)``, Monte Carlo over ``theta ~ q`` or
+linearised Monte Carlo (``f(x, mu) + F (theta - mu)``, footnote 2), averaging probabilities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from zoo.errors import HyperParameterError
+from zoo.gaussians import predictive
+from zoo.hparams import HParam
+from zoo.method import draw_seed
+from zoo.tasks.sequential import Stream, StreamMethod
+from zoo_bong.beliefs import FAMILIES, Belief, prior_belief
+from zoo_bong.curvature import CURVATURES, Curvature, linearised, monte_carlo
+from zoo_bong.likelihoods import Categorical
+from zoo_bong.networks import NETWORKS, build_network, flat_function
+from zoo_bong.rules import RULES, check_combination, update
+
+PREDICTIVES = ("plugin", "mc", "lin-mc")
+UPDATE_SALT, PREDICT_SALT = 1, 2
+
+
+@dataclass
+class BongState:
+    """The belief after ``seen`` observations and the generator of the updates' draws."""
+
+    belief: Belief
+    generator: torch.Generator
+    predictive_seed: int
+    seen: int = 0
+
+
+class Bong(StreamMethod):
+    """The BONG family over the network ``network`` on a stream of labelled examples."""
+
+    name = "bong"
+    hyperparameters: ClassVar[dict[str, HParam]] = {
+        "rule": HParam("bong", choices=RULES, doc="bong (NGD, 1 step, no KL), bog (GD, 1 step), "
+                       "blr (NGD of the VI loss), bbb (GD of the VI loss)"),
+        "curvature": HParam("lin-hess", choices=CURVATURES,
+                            doc="estimator of E[hess log p]: Hutchinson MC diagonal, MC empirical "
+                            "Fisher, generalised Gauss-Newton at the mean, linearised EF"),
+        "family": HParam("dlr", choices=FAMILIES, doc="full / diagonal Gaussian in natural or "
+                         "moment parameters, or diagonal plus low-rank precision"),
+        "rank": HParam(10, ge=1, doc="rank L of the dlr family's precision"),
+        "alpha": HParam(0.1, gt=0, doc="learning rate of bog, blr, bbb (bong's is 1)"),
+        "iterations": HParam(1, ge=1, doc="steps per observation of blr and bbb"),
+        "samples": HParam(100, ge=1, doc="draws M of the mc-ef and mc-hess curvatures"),
+        "prior_var": HParam(0.03, gt=0, doc="prior variance around the initial weights"),
+        "gamma": HParam(1.0, gt=0, doc="dynamics theta_t = gamma theta_{t-1} + N(0, q I)"),
+        "q": HParam(0.0, ge=0, doc="dynamics noise variance per step"),
+        "network": HParam("cnn", choices=NETWORKS, doc="the paper's CNN, a one-hidden-layer "
+                          "MLP or multinomial logistic regression"),
+        "predictive": HParam("plugin", choices=PREDICTIVES,
+                             doc="plug-in at the mean, Monte Carlo, or linearised Monte Carlo"),
+        "predictive_samples": HParam(32, ge=1, doc="draws of the mc and lin-mc predictives"),
+    }
+
+    def __init__(self, *, dim: int, classes: int, **hparams: Any):
+        super().__init__(dim=dim, classes=classes, **hparams)
+        h = self.hparams
+        try:
+            check_combination(h["rule"], h["curvature"], h["family"], h["iterations"])
+        except ValueError as err:
+            raise HyperParameterError(f"method 'bong': {err}") from None
+        self.network = build_network(h["network"], dim, classes)
+        theta, self._f = flat_function(self.network)
+        self.register_buffer("theta0", theta)
+        self.likelihood = Categorical()
+
+    def f_one(self, theta: Tensor, x: Tensor) -> Tensor:
+        """Logits ``[C]`` of one example ``x [dim]``."""
+        return self._f(theta, x[None])[0]
+
+    def begin(self, stream: Stream) -> BongState:
+        return BongState(self.init().belief,
+                         torch.Generator().manual_seed(draw_seed(stream, UPDATE_SALT)),
+                         draw_seed(stream, PREDICT_SALT))
+
+    def init(self) -> BongState:
+        h = self.hparams
+        belief = prior_belief(h["family"], self.theta0, h["prior_var"], h["rank"])
+        return BongState(belief, torch.Generator().manual_seed(0), 0)
+
+    def curvature(self, q: Belief, x: Tensor, y: Tensor, generator: torch.Generator
+                  ) -> Curvature:
+        """``(g, G)`` of one observation under ``q`` by the ``curvature`` estimator."""
+        kind = self.hparams["curvature"]
+        if kind.startswith("lin"):
+            return linearised(self.f_one, self.likelihood, q.mu, x, y, kind == "lin-hess")
+        draws = q.sample(self.hparams["samples"], generator)
+        return monte_carlo(self.f_one, self.likelihood, draws, x, y, kind == "mc-hess", generator)
+
+    def update(self, state: BongState, x: Tensor, y: Tensor) -> BongState:
+        h = self.hparams
+        x, y = x.to(self.theta0), y.to(self.theta0.device)
+        predicted = state.belief.dynamics(h["gamma"], h["q"])
+        belief = update(predicted, lambda q: self.curvature(q, x, y, state.generator),
+                        h["rule"], h["alpha"], h["iterations"])
+        return BongState(belief, state.generator, state.predictive_seed, state.seen + 1)
+
+    def predict(self, state: BongState, x: Tensor) -> Tensor:
+        kind, q = self.hparams["predictive"], state.belief.gaussian
+        x = x.to(q.mean)
+        if kind == "plugin":
+            return torch.softmax(predictive.plugin(lambda t: self._f(t, x), q), -1).float()
+        generator = torch.Generator().manual_seed(state.predictive_seed)
+        draws = self.hparams["predictive_samples"]
+        if kind == "mc":
+            probs = predictive.monte_carlo(lambda t: torch.softmax(self._f(t, x), -1), q, draws,
+                                           generator=generator)
+        else:
+            probs = predictive.linearised(lambda t: self._f(t, x), q, draws, generator=generator)
+        return probs.float()

@@ -1,0 +1,81 @@
+"""Networks of the online experiments, as functions of one flat parameter vector.
+
+``cnn`` is the CNN of Jones et al. (2024)'s MNIST experiments (notes-bong.md §3.1): Conv(16, 5x5,
+same padding) -> ReLU -> AvgPool 2 -> Conv(16, 5x5) -> ReLU -> AvgPool 2 -> Dense 64 -> ReLU ->
+Dense C, on square images (57,722 parameters at 28 x 28, 11,642 at 8 x 8). ``mlp`` has one hidden
+layer; ``linear`` is multinomial logistic regression. Weights are drawn as flax draws them (the
+reference code's framework): LeCun normal, variance ``1 / fan_in``, zero biases; PyTorch's default
+(a third of that variance) leaves the CNN near chance for hundreds of one-example steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+NETWORKS = ("cnn", "mlp", "linear")
+
+
+class PaperCNN(nn.Module):
+    """The paper's CNN on ``side x side`` single-channel images given flat ``[n, side^2]``."""
+
+    def __init__(self, side: int, classes: int):
+        super().__init__()
+        self.side = side
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.AvgPool2d(2),
+            nn.Conv2d(16, 16, 5, padding=2), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten())
+        pooled = side // 4
+        self.head = nn.Sequential(nn.Linear(16 * pooled * pooled, 64), nn.ReLU(),
+                                  nn.Linear(64, classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x.reshape(-1, 1, self.side, self.side)))
+
+
+def lecun_normal_(module: nn.Module) -> nn.Module:
+    """Weights ``N(0, 1 / fan_in)``, biases zero, in every linear and convolutional layer."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            nn.init.normal_(layer.weight, std=layer.weight[0].numel() ** -0.5)
+            nn.init.zeros_(layer.bias)
+    return module
+
+
+def build_network(name: str, dim: int, classes: int, hidden: int = 64) -> nn.Module:
+    """The network ``name`` (one of :data:`NETWORKS`) for ``dim``-d inputs, LeCun-initialised."""
+    return lecun_normal_(_architecture(name, dim, classes, hidden))
+
+
+def _architecture(name: str, dim: int, classes: int, hidden: int) -> nn.Module:
+    if name == "cnn":
+        side = math.isqrt(dim)
+        if side * side != dim or side < 4:
+            raise ValueError(f"network 'cnn' needs square images (dim = side^2, side >= 4), not "
+                             f"dim = {dim}; use network=mlp")
+        return PaperCNN(side, classes)
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+    if name == "linear":
+        return nn.Linear(dim, classes)
+    raise ValueError(f"unknown network {name!r}; choose one of {', '.join(NETWORKS)}")
+
+
+def flat_function(module: nn.Module, dtype: torch.dtype = torch.float64
+                  ) -> tuple[Tensor, Callable[[Tensor, Tensor], Tensor]]:
+    """The module's initial parameters as one vector ``theta [P]`` and ``f(theta, x [n, dim]) ->
+    [n, C]`` (``x`` cast to ``dtype``)."""
+    names = [n for n, _ in module.named_parameters()]
+    shapes = [p.shape for _, p in module.named_parameters()]
+    sizes = [p.numel() for _, p in module.named_parameters()]
+    theta = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).to(dtype)
+
+    def f(flat: Tensor, x: Tensor) -> Tensor:
+        params = {n: chunk.reshape(s) for n, chunk, s in zip(names, flat.split(sizes), shapes)}
+        return functional_call(module, params, (x.to(flat.dtype),))
+
+    return theta, f

@@ -1,0 +1,65 @@
+"""The ``bong`` method over the sequential task kind."""
+
+import pytest
+import torch
+from zoo_bong.method import Bong
+from zoo_bong.rules import tractable_combinations
+
+from zoo.data.streams import load_digits_stream
+from zoo.errors import HyperParameterError
+from zoo.plugins import registry
+from zoo.testing import check_task
+
+SHORT = {"stream_length": 20, "eval_steps": [0, 20]}
+
+
+@pytest.mark.parametrize("hparams", [
+    {"network": "linear"},
+    {"network": "mlp", "rule": "blr", "curvature": "mc-ef", "family": "dg", "samples": 4,
+     "predictive": "lin-mc", "predictive_samples": 4},
+    {"network": "cnn", "rule": "bbb", "family": "dlr", "rank": 2, "iterations": 2, "alpha": 1e-3,
+     "predictive": "mc", "predictive_samples": 4},
+])
+def test_bong_conforms_to_the_sequential_kind(hparams):
+    check_task("sequential", "bong", "digits-stream", **SHORT, hparams=hparams)
+
+
+def test_untractable_combinations_are_refused_naming_the_accepted_ones():
+    with pytest.raises(HyperParameterError, match="'bong'.*mc-hess.*dlr.*not tractable.*fc: mc-ef"):
+        Bong(dim=64, classes=10, curvature="mc-hess", family="dlr")
+    assert "bbb/mc-ef/dlr" in tractable_combinations()
+    assert "bong/mc-hess/dg-mom" in tractable_combinations()
+
+
+def _run(method, stream_seed, steps=15):
+    data = load_digits_stream()
+    task = registry().get("tasks", "sequential")
+    get = task.episodes(data, "test", {"stream_length": steps, "eval_steps": [steps]},
+                        stream_seed, training=False)
+    return task.predict(method, get(0)).probs[-1]
+
+
+def test_draws_are_seeded_by_the_stream():
+    torch.manual_seed(0)
+    method = Bong(dim=64, classes=10, network="linear", curvature="mc-ef", family="dg",
+                  samples=3, predictive="mc", predictive_samples=3)
+    assert torch.equal(_run(method, 0), _run(method, 0))
+    assert not torch.equal(_run(method, 0), _run(method, 1))
+
+
+def test_bong_learns_digits_from_one_pass():
+    torch.manual_seed(0)
+    method = Bong(dim=64, classes=10, network="linear", prior_var=1.0)
+    probs = _run(method, 0, steps=150)
+    held = load_digits_stream().held_out
+    error = (probs.argmax(1) != load_digits_stream().y[held]).float().mean()
+    assert error < 0.35  # chance is 0.9
+
+
+def test_validation_streams_never_see_the_test_examples():
+    data = load_digits_stream()
+    val_pool, val_held = data.indices("val")
+    assert not set(val_pool.tolist()) & set(data.held_out.tolist())
+    assert not set(val_held.tolist()) & set(data.held_out.tolist())
+    assert not set(val_pool.tolist()) & set(val_held.tolist())
+    assert torch.equal(data.indices("test")[1], data.held_out)

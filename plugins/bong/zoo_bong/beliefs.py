@@ -1,0 +1,326 @@
+"""The five Gaussian beliefs of the BONG family and one update step of each in each geometry.
+
+Jones et al. (2024, §4.7; notes-bong.md §2.3-2.4). Every family implements
+
+- ``natural_step(curv, alpha, prior)``: one natural-gradient step (BONG with ``prior=None`` and
+  ``alpha = 1``; BLR with ``prior`` the predicted belief),
+- ``gradient_step(curv, alpha, prior)``: one plain-gradient step in the family's own coordinates
+  (BOG with ``prior=None``; BBB with ``prior``),
+
+from ``(g, G)`` (:mod:`zoo_bong.curvature`). With a prior the objective is the online VI loss and
+the step uses ``g_VI = g + Lambda_0 (mu_0 - mu)``, ``G_VI = G - Lambda_0 + Lambda`` (the gradient of
+``-KL(q || q_0)`` in ``(mu, Sigma)``, notes §2.1): at ``q = q_0`` these equal ``(g, G)``, which is
+why BLR with one iteration and ``alpha = 1`` is BONG.
+
+A belief holds a :mod:`zoo.gaussians` member (sampling, solves, KL, predictives live there); the
+family fixes which parameters the rules update. A step that leaves the belief without a positive
+(definite) variance raises :class:`BeliefError` (moment parameterisations and plain-gradient rules
+can, notes §3.2).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.func import grad
+
+from zoo.errors import ZooError
+from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian, LowRankPrecisionGaussian, kl_divergence
+from zoo_bong.curvature import Curvature
+
+FAMILIES = ("fc", "fc-mom", "dg", "dg-mom", "dlr")
+
+
+class BeliefError(ZooError, FloatingPointError):
+    """An update that left the belief without a positive-definite covariance."""
+
+
+def _refuse(family: str, what: str) -> None:
+    raise BeliefError(f"the {family} belief lost {what} after this update (the moment "
+                      "parameterisation and the plain-gradient rules can, Jones et al. 2024 §5); "
+                      "use a natural-parameter family (fc, dg, dlr), rule bong or blr, or a "
+                      "smaller alpha")
+
+
+def _cholesky(matrix: Tensor, family: str) -> Tensor:
+    """The Cholesky factor of ``matrix``, or :class:`BeliefError`."""
+    chol, info = torch.linalg.cholesky_ex(matrix)
+    if int(info) != 0 or not torch.isfinite(chol).all():
+        _refuse(family, "positive definiteness")
+    return chol
+
+
+def _positive(values: Tensor, family: str) -> Tensor:
+    if not (torch.isfinite(values).all() and (values > 0).all()):
+        _refuse(family, "positive variances")
+    return values
+
+
+@dataclass(frozen=True)
+class Belief(ABC):
+    """A Gaussian ``q(theta)`` over ``P`` parameters, updated in the family's parameters."""
+
+    gaussian: Gaussian
+    family = ""
+
+    @property
+    def mu(self) -> Tensor:
+        return self.gaussian.mean
+
+    def sample(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` draws ``[n, P]``."""
+        return self.gaussian.sample(n, generator=generator)
+
+    @abstractmethod
+    def dynamics(self, gamma: float, q: float) -> Belief:
+        """The predict step ``theta_t = gamma theta_{t-1} + N(0, q I)``."""
+
+    @abstractmethod
+    def natural_step(self, curv: Curvature, alpha: float, prior: Any = None) -> Belief:
+        """One natural-gradient step of the expected log-likelihood (minus ``KL(q || prior)``)."""
+
+    @abstractmethod
+    def gradient_step(self, curv: Curvature, alpha: float, prior: Any = None) -> Belief:
+        """One plain-gradient step in the family's coordinates (same objective)."""
+
+
+class FullNatural(Belief):
+    """FC: mean and precision ``Lambda`` (natural parameters ``(Lambda mu, -Lambda / 2)``)."""
+
+    family = "fc"
+
+    @classmethod
+    def make(cls, mu: Tensor, prec: Tensor) -> FullNatural:
+        return cls(FullGaussian.from_precision_tril(mu, _cholesky(prec, cls.family)))
+
+    def dynamics(self, gamma: float, q: float) -> FullNatural:
+        if gamma == 1 and q == 0:
+            return self
+        eye = torch.eye(len(self.mu)).to(self.mu)
+        cov = gamma ** 2 * self.gaussian.covariance() + q * eye
+        return FullNatural.make(gamma * self.mu, torch.linalg.inv(cov))
+
+    def natural_step(self, curv: Curvature, alpha: float, prior: FullNatural | None = None
+                     ) -> FullNatural:
+        # Lambda_i = (1 - a) Lambda + a (Lambda_0 - G),  mu_i = mu + a Sigma_i g_VI  (notes §2.4)
+        p = prior or self
+        prior_prec = p.gaussian.precision()
+        prec = (1 - alpha) * self.gaussian.precision() + alpha * (prior_prec - curv.dense())
+        g_vi = curv.g + prior_prec @ (p.mu - self.mu)
+        chol = _cholesky(prec, self.family)
+        mu = self.mu + alpha * torch.cholesky_solve(g_vi[:, None], chol)[:, 0]
+        return FullNatural(FullGaussian.from_precision_tril(mu, chol))
+
+    def gradient_step(self, curv: Curvature, alpha: float, prior: FullNatural | None = None
+                      ) -> FullNatural:
+        # GD on psi = (Lambda mu, -Lambda / 2): grad_psi1 = Sigma g, grad_psi2 = (2 Sigma g mu^T)_sym
+        # + Sigma G Sigma; Lambda = -2 psi2 (notes §2.4, BOG; BBB with (g_VI, G_VI)).
+        cov, lam = self.gaussian.covariance(), self.gaussian.precision()
+        g, big_g = curv.g, curv.dense()
+        if prior is not None:
+            prior_prec = prior.gaussian.precision()
+            g = g + prior_prec @ (prior.mu - self.mu)
+            big_g = big_g - prior_prec + lam
+        sg = cov @ g
+        d_psi2 = torch.outer(sg, self.mu) + torch.outer(self.mu, sg) + cov @ big_g @ cov
+        chol = _cholesky(lam - 2 * alpha * d_psi2, self.family)
+        psi1 = lam @ self.mu + alpha * sg
+        mu = torch.cholesky_solve(psi1[:, None], chol)[:, 0]
+        return FullNatural(FullGaussian.from_precision_tril(mu, chol))
+
+
+class FullMoment(Belief):
+    """FC-mom: mean and covariance ``Sigma``."""
+
+    family = "fc-mom"
+
+    @classmethod
+    def make(cls, mu: Tensor, cov: Tensor) -> FullMoment:
+        return cls(FullGaussian.from_scale_tril(mu, _cholesky(cov, cls.family)))
+
+    def dynamics(self, gamma: float, q: float) -> FullMoment:
+        eye = torch.eye(len(self.mu)).to(self.mu)
+        return FullMoment.make(gamma * self.mu, gamma ** 2 * self.gaussian.covariance() + q * eye)
+
+    def _vi(self, curv: Curvature, prior: FullMoment | None) -> tuple[Tensor, Tensor]:
+        if prior is None:
+            return curv.g, curv.dense()
+        prior_prec = prior.gaussian.precision()
+        return (curv.g + prior_prec @ (prior.mu - self.mu),
+                curv.dense() - prior_prec + self.gaussian.precision())
+
+    def natural_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
+                     ) -> FullMoment:
+        # NGD in (mu, Sigma): mu += a Sigma g_VI, Sigma += a Sigma G_VI Sigma: first order in
+        # Sigma G, hence not exact in the conjugate case (notes §2.4).
+        g, big_g = self._vi(curv, prior)
+        cov = self.gaussian.covariance()
+        return FullMoment.make(self.mu + alpha * cov @ g, cov + alpha * cov @ big_g @ cov)
+
+    def gradient_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
+                      ) -> FullMoment:
+        g, big_g = self._vi(curv, prior)
+        return FullMoment.make(self.mu + alpha * g,
+                               self.gaussian.covariance() + 0.5 * alpha * big_g)
+
+
+class DiagNatural(Belief):
+    """DG: mean and diagonal precision, updated in natural parameters."""
+
+    family = "dg"
+
+    @classmethod
+    def make(cls, mu: Tensor, prec: Tensor) -> DiagNatural:
+        return cls(DiagonalGaussian(mu, 1 / _positive(prec, cls.family)))
+
+    @property
+    def prec(self) -> Tensor:
+        return 1 / self.gaussian.var
+
+    def dynamics(self, gamma: float, q: float) -> DiagNatural:
+        return DiagNatural(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.gaussian.var + q))
+
+    def natural_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
+                     ) -> DiagNatural:
+        p = prior or self
+        prec = _positive((1 - alpha) * self.prec + alpha * (p.prec - curv.diagonal()),
+                         self.family)
+        g_vi = curv.g + p.prec * (p.mu - self.mu)
+        return DiagNatural.make(self.mu + alpha * g_vi / prec, prec)
+
+    def gradient_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
+                      ) -> DiagNatural:
+        var, g, d = self.gaussian.var, curv.g, curv.diagonal()
+        if prior is not None:
+            g, d = g + prior.prec * (prior.mu - self.mu), d - prior.prec + self.prec
+        prec = _positive(self.prec - 4 * alpha * var * self.mu * g - 2 * alpha * var ** 2 * d,
+                         self.family)
+        return DiagNatural.make((self.prec * self.mu + alpha * var * g) / prec, prec)
+
+
+class DiagMoment(Belief):
+    """DG-mom: mean and variances, updated in moment parameters."""
+
+    family = "dg-mom"
+
+    @property
+    def var(self) -> Tensor:
+        return self.gaussian.var
+
+    def dynamics(self, gamma: float, q: float) -> DiagMoment:
+        return DiagMoment(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.var + q))
+
+    def _vi(self, curv: Curvature, prior: DiagMoment | None) -> tuple[Tensor, Tensor]:
+        if prior is None:
+            return curv.g, curv.diagonal()
+        return (curv.g + (prior.mu - self.mu) / prior.var,
+                curv.diagonal() - 1 / prior.var + 1 / self.var)
+
+    def natural_step(self, curv: Curvature, alpha: float, prior: DiagMoment | None = None
+                     ) -> DiagMoment:
+        g, d = self._vi(curv, prior)
+        var = _positive(self.var + alpha * self.var ** 2 * d, self.family)
+        return DiagMoment(DiagonalGaussian(self.mu + alpha * self.var * g, var))
+
+    def gradient_step(self, curv: Curvature, alpha: float, prior: DiagMoment | None = None
+                      ) -> DiagMoment:
+        g, d = self._vi(curv, prior)
+        var = _positive(self.var + 0.5 * alpha * d, self.family)
+        return DiagMoment(DiagonalGaussian(self.mu + alpha * g, var))
+
+
+def project_low_rank(ups: Tensor, w: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """LO-FI's projection of ``diag(ups) + w w^T`` (``w [P, K]``) onto rank ``rank``: the top
+    singular directions of ``w`` stay, the rest moves to the diagonal, so the diagonal of the
+    precision is kept exactly (notes §2.4, DLR step 3). The thin SVD ``w = U S V^T`` comes from a
+    QR factorisation and the SVD of its ``K x K`` triangle (``O(P K^2)``; LAPACK's SVD of the tall
+    matrix is several times slower, the Gram matrix's eigenvectors are unstable)."""
+    q, r = torch.linalg.qr(w)
+    u_r, s, _ = torch.linalg.svd(r)
+    us = q @ (u_r * s)  # columns u_j s_j, largest first
+    return ups + us[:, rank:].square().sum(1), us[:, :rank]
+
+
+def _dlr_kl(mu: Tensor, ups: Tensor, w: Tensor, prior: Gaussian) -> Tensor:
+    return kl_divergence(LowRankPrecisionGaussian(mu, ups, w), prior)
+
+
+class DiagLowRank(Belief):
+    """DLR: mean and precision ``diag(ups) + w w^T`` with ``w [P, L]``."""
+
+    family = "dlr"
+
+    @classmethod
+    def make(cls, mu: Tensor, ups: Tensor, w: Tensor) -> DiagLowRank:
+        return cls(LowRankPrecisionGaussian(mu, _positive(ups, cls.family), w))
+
+    @property
+    def ups(self) -> Tensor:
+        return self.gaussian.diag
+
+    @property
+    def w(self) -> Tensor:
+        return self.gaussian.factor
+
+    def dynamics(self, gamma: float, q: float) -> DiagLowRank:
+        # LO-FI's predict step (notes §1): exact when q = 0 or w = 0.
+        if gamma == 1 and q == 0:
+            return self
+        ups = 1 / (gamma ** 2 / self.ups + q)
+        ratio = ups / self.ups
+        inner = torch.eye(self.w.shape[1]).to(self.w) + q * self.w.T @ (ratio[:, None] * self.w)
+        w = gamma * ratio[:, None] * self.w @ torch.linalg.cholesky(torch.linalg.inv(inner))
+        return DiagLowRank.make(gamma * self.mu, ups, w)
+
+    def natural_step(self, curv: Curvature, alpha: float, prior: DiagLowRank | None = None
+                     ) -> DiagLowRank:
+        # Exact FC natural step on diag + [w, root] [w, root]^T, mean by Woodbury with the
+        # unprojected precision, then projection back to rank L (BONG); BLR mixes the current and
+        # prior factors: [sqrt(1-a) w, sqrt(a) w_0, sqrt(a) root] (notes §2.4, BLR-DLR).
+        if curv.root is None:
+            raise ValueError("the dlr family needs a factored curvature (not mc-hess)")
+        if prior is None:
+            ups, wide, g_vi = self.ups, torch.cat([self.w, curv.root], 1), curv.g
+        else:
+            ups = (1 - alpha) * self.ups + alpha * prior.ups
+            wide = torch.cat([(1 - alpha) ** 0.5 * self.w, alpha ** 0.5 * prior.w,
+                              alpha ** 0.5 * curv.root], 1)
+            diff = prior.mu - self.mu
+            g_vi = curv.g + prior.ups * diff + prior.w @ (prior.w.T @ diff)
+        unprojected = LowRankPrecisionGaussian(self.mu, ups, wide)
+        mu = self.mu + alpha * unprojected.solve_precision(g_vi[:, None])[:, 0]
+        return DiagLowRank.make(mu, *project_low_rank(ups, wide, self.w.shape[1]))
+
+    def gradient_step(self, curv: Curvature, alpha: float, prior: DiagLowRank | None = None
+                      ) -> DiagLowRank:
+        # GD on (mu, ups, w) (App. E.5): with B = Sigma root, grad_Lambda E[log p] = B B^T / 2,
+        # so grad_ups = diag(B B^T) / 2 and grad_w = B (B^T w); BBB adds -grad KL(q || prior).
+        if curv.root is None:
+            raise ValueError("the dlr family needs a factored curvature (not mc-hess)")
+        b = self.gaussian.solve_precision(curv.root)
+        d_mu, d_ups, d_w = curv.g, 0.5 * b.square().sum(1), b @ (b.T @ self.w)
+        if prior is not None:
+            k_mu, k_ups, k_w = grad(_dlr_kl, argnums=(0, 1, 2))(self.mu, self.ups, self.w,
+                                                                prior.gaussian)
+            d_mu, d_ups, d_w = d_mu - k_mu, d_ups - k_ups, d_w - k_w
+        return DiagLowRank.make(self.mu + alpha * d_mu, self.ups + alpha * d_ups,
+                                self.w + alpha * d_w)
+
+
+def prior_belief(family: str, mu: Tensor, variance: float | Tensor, rank: int = 0) -> Belief:
+    """The isotropic prior ``N(mu, variance I)`` in ``family``."""
+    eye = torch.eye(len(mu)).to(mu) if family.startswith("fc") else None
+    if family == "fc":
+        return FullNatural.make(mu, eye / variance)
+    if family == "fc-mom":
+        return FullMoment.make(mu, eye * variance)
+    if family in ("dg", "dg-mom"):
+        cls = DiagNatural if family == "dg" else DiagMoment
+        return cls(DiagonalGaussian(mu, torch.ones_like(mu) * variance))
+    if family == "dlr":
+        return DiagLowRank.make(mu, torch.ones_like(mu) / variance, mu.new_zeros(len(mu), rank))
+    raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")

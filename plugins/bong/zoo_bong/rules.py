@@ -1,0 +1,68 @@
+"""The four update rules over one observation and the combinations that are tractable.
+
+Jones et al. (2024, Table 2; notes-bong.md §2.1): BONG (one natural-gradient step of the expected
+log-likelihood, learning rate 1, no KL), BOG (one plain-gradient step, rate ``alpha``), BLR
+(``iterations`` natural-gradient steps of the online VI loss, rate ``alpha``) and BBB (the same
+with plain gradients). Every BLR/BBB iteration re-estimates ``(g, G)`` under its current iterate
+(re-linearising LIN curvatures at its mean); the KL is to the predicted belief.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from zoo_bong.beliefs import FAMILIES, Belief, BeliefError
+from zoo_bong.curvature import CURVATURES, Curvature
+
+RULES = ("bong", "bog", "blr", "bbb")
+
+#: Curvatures each family accepts: a Hutchinson diagonal has no low-rank factor, and a full
+#: ``P x P`` Hessian per sample is what the paper calls intractable (notes §2.2-2.3).
+TRACTABLE: dict[str, tuple[str, ...]] = {
+    "fc": ("mc-ef", "lin-hess", "lin-ef"),
+    "fc-mom": ("mc-ef", "lin-hess", "lin-ef"),
+    "dg": CURVATURES,
+    "dg-mom": CURVATURES,
+    "dlr": ("mc-ef", "lin-hess", "lin-ef"),
+}
+
+
+def tractable_combinations() -> list[str]:
+    """Every accepted ``rule/curvature/family``."""
+    return [f"{r}/{c}/{f}" for r in RULES for f in FAMILIES for c in TRACTABLE[f]]
+
+
+def check_combination(rule: str, curvature: str, family: str, iterations: int) -> None:
+    """Raise ``ValueError`` naming what is accepted if the combination is not."""
+    if curvature not in TRACTABLE[family]:
+        raise ValueError(
+            f"curvature {curvature!r} with family {family!r} is not tractable (a full Hessian per "
+            "sample is O(P^2); a Hutchinson diagonal has no low-rank factor); accepted: "
+            + "; ".join(f"{f}: {', '.join(c)}" for f, c in TRACTABLE.items()))
+    if rule in ("bong", "bog") and iterations != 1:
+        raise ValueError(f"rule {rule!r} takes exactly one step per observation; iterations = "
+                         f"{iterations} applies only to the iterated rules blr and bbb")
+
+
+def update(belief: Belief, estimate: Callable[[Belief], Curvature], rule: str, alpha: float,
+           iterations: int = 1) -> Belief:
+    """The belief after one observation, from the predicted ``belief``; ``estimate(q)`` gives
+    ``(g, G)`` under ``q``. BONG's step has learning rate 1 whatever ``alpha`` is."""
+    if rule == "bong":
+        return _finite(belief.natural_step(estimate(belief), 1.0), rule)
+    if rule == "bog":
+        return _finite(belief.gradient_step(estimate(belief), alpha), rule)
+    step = {"blr": type(belief).natural_step, "bbb": type(belief).gradient_step}[rule]
+    current = belief
+    for _ in range(iterations):
+        current = _finite(step(current, estimate(current), alpha, belief), rule)
+    return current
+
+
+def _finite(belief: Belief, rule: str) -> Belief:
+    if not torch.isfinite(belief.mu).all():
+        raise BeliefError(f"rule {rule!r} on the {belief.family} belief diverged (the mean is no "
+                          "longer finite); lower alpha or the prior variance")
+    return belief
