@@ -13,7 +13,6 @@ written here as ``tr = k (p . q + sum_j d_xj d_yj log k)`` with ``p, q`` the gra
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -167,12 +166,22 @@ def matrix_stein_kernel(kernel: Kernel, B: Tensor, x: Tensor, y: Tensor, sx: Ten
     return B * cross
 
 
-def default_lengthscale(x: Tensor) -> float:
-    """The median heuristic: the median pairwise distance of ``x [n, d]`` over ``sqrt 2``."""
-    dist = torch.cdist(x, x)
-    off = dist[~torch.eye(len(x), dtype=torch.bool, device=x.device)]
-    return float(off.median()) / math.sqrt(2) if off.numel() else 1.0
 
 
-__all__ = ["Derivatives", "PreconditionedRBFKernel", "ProductKernel", "autograd_derivatives",
-           "combine", "default_lengthscale", "derivatives", "matrix_stein_kernel", "stein_kernel"]
+class BoundaryKernel(Kernel):
+    """``delta(x) delta(y) k(x, y)`` with ``delta(x) = prod_j x_j (1 - x_j)``: vanishes on the
+    boundary of the unit cube, so that ``k0`` has zero mean under the uniform distribution, whose
+    score is zero inside (Sun 2023, App. B.3.1). Derivatives by autograd."""
+
+    def __init__(self, base: Kernel):
+        super().__init__(base.feature_dim, base.batch_shape, learn_outputscale=False)
+        self.inner = base
+
+    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return (self.inner.gram(x1, x2) * boundary_factor(x1)[..., :, None]
+                * boundary_factor(x2)[..., None, :])
+
+
+def boundary_factor(x: Tensor) -> Tensor:
+    """``delta(x) = prod_j x_j (1 - x_j)``, zero on the boundary of the unit cube."""
+    return (x * (1 - x)).prod(-1)
