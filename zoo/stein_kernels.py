@@ -116,9 +116,35 @@ def _product(kernel: ProductKernel, x: Tensor, y: Tensor) -> Derivatives:
     return Derivatives(k, dx, dy, trace)
 
 
+def _boundary(kernel: BoundaryKernel, x: Tensor, y: Tensor) -> Derivatives:
+    """``k = delta(x) delta(y) r(x, y)`` by the product rule from ``r``'s derivatives."""
+    r = derivatives(kernel.inner, x, y)
+    dx_, dy_ = boundary_factor(x), boundary_factor(y)
+    gx, gy = _boundary_gradient(x), _boundary_gradient(y)
+    both = dx_[..., :, None] * dy_[..., None, :]
+    k = both * r.k
+    dx = both[..., None] * r.dx + (r.k * dy_[..., None, :])[..., None] * gx[..., :, None, :]
+    dy = both[..., None] * r.dy + (r.k * dx_[..., :, None])[..., None] * gy[..., None, :, :]
+    trace = (both * r.trace + dy_[..., None, :] * (gx[..., :, None, :] * r.dy).sum(-1)
+             + dx_[..., :, None] * (gy[..., None, :, :] * r.dx).sum(-1)
+             + r.k * (gx @ gy.transpose(-1, -2)))
+    return Derivatives(k, dx, dy, trace)
+
+
+def _boundary_gradient(x: Tensor) -> Tensor:
+    """``grad delta(x)``: ``(1 - 2 x_j) prod_{i != j} x_i (1 - x_i)``."""
+    factors = x * (1 - x)
+    d = x.shape[-1]
+    others = torch.stack([factors[..., [i for i in range(d) if i != j]].prod(-1)
+                          for j in range(d)], -1)
+    return (1 - 2 * x) * others
+
+
 def autograd_derivatives(kernel: Kernel, x: Tensor, y: Tensor) -> Derivatives:
     """Value, gradients and trace term of any kernel by automatic differentiation (``d`` extra
-    backward passes for the trace); the reference the closed forms are tested against."""
+    backward passes for the trace); the reference the closed forms are tested against. A kernel
+    that clamps squared distances at zero (the zoo's RBF and Matern) has a wrong trace at
+    coincident points this way, which is one reason the closed forms exist."""
     n, m = x.shape[-2], y.shape[-2]
     xe = x[..., :, None, :].expand(*x.shape[:-2], n, m, x.shape[-1]).detach().requires_grad_(True)
     ye = y[..., None, :, :].expand(*y.shape[:-2], n, m, y.shape[-1]).detach().requires_grad_(True)
@@ -138,6 +164,8 @@ def derivatives(kernel: Kernel, x: Tensor, y: Tensor) -> Derivatives:
         return _polynomial(kernel, x, y)
     if isinstance(kernel, ProductKernel):
         return _product(kernel, x, y)
+    if isinstance(kernel, BoundaryKernel):
+        return _boundary(kernel, x, y)
     return autograd_derivatives(kernel, x, y)
 
 
@@ -171,7 +199,7 @@ def matrix_stein_kernel(kernel: Kernel, B: Tensor, x: Tensor, y: Tensor, sx: Ten
 class BoundaryKernel(Kernel):
     """``delta(x) delta(y) k(x, y)`` with ``delta(x) = prod_j x_j (1 - x_j)``: vanishes on the
     boundary of the unit cube, so that ``k0`` has zero mean under the uniform distribution, whose
-    score is zero inside (Sun 2023, App. B.3.1). Derivatives by autograd."""
+    score is zero inside (Sun 2023, App. B.3.1). Derivatives by the product rule."""
 
     def __init__(self, base: Kernel):
         super().__init__(base.feature_dim, base.batch_shape, learn_outputscale=False)

@@ -10,6 +10,7 @@ import torch
 from zoo.kernels import Kernel, PolynomialKernel, RBFKernel
 from zoo.stein import GaussianPosteriorScore, GaussianScore, first_order, second_order
 from zoo.stein_kernels import (
+    BoundaryKernel,
     PreconditionedRBFKernel,
     ProductKernel,
     autograd_derivatives,
@@ -92,6 +93,7 @@ KERNELS = {
     "polynomial-2": lambda d: PolynomialKernel(d, order=2, offset=0.5),
     "polynomial-3": lambda d: PolynomialKernel(d, order=3, offset=1.0),
     "product": lambda d: ProductKernel.rbf([0.5 + 0.3 * j for j in range(d)]),
+    "boundary-rbf": lambda d: BoundaryKernel(RBFKernel(d, lengthscale=0.6)),
     "rational-quadratic": lambda d: RationalQuadratic(d),
 }
 
@@ -162,3 +164,15 @@ def test_matrix_stein_kernel_special_cases():
     mean, stderr = column.mean(0), column.std(0) / len(draws) ** 0.5
     assert (mean[1].abs() < 4 * stderr[1]).all()  # under pi_1, row 1 is zero-mean
     assert (mean[0].abs() > 10 * stderr[0]).any()  # row 0 is not
+
+
+def test_boundary_stein_kernel_has_zero_mean_under_the_uniform_and_is_psd():
+    kernel = BoundaryKernel(RBFKernel(2, lengthscale=0.5)).double()
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(200_000, 2, generator=g, dtype=D)
+    y = torch.rand(3, 2, generator=g, dtype=D)
+    k0 = stein_kernel(kernel, x, y, torch.zeros_like(x), torch.zeros_like(y)).detach()
+    assert (k0.mean(0).abs() < 4 * k0.std(0) / len(x) ** 0.5).all()
+    z = torch.rand(100, 2, generator=g, dtype=D)
+    eig = torch.linalg.eigvalsh(stein_kernel(kernel, z, z, 0 * z, 0 * z).detach())
+    assert eig.min() >= -1e-8 * eig.abs().max()

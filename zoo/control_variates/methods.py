@@ -27,6 +27,16 @@ def _boundary(problem: IntegrationProblem) -> bool:
     return problem.info.get("support") == "unit-cube"
 
 
+def _inputs(problem: IntegrationProblem, fit: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``x``, score and ``f`` with a leading task axis, ``x`` standardised by the fitting samples
+    (score ``scale * s``: a fixed affine change of variables) unless ``pi`` lives on the cube."""
+    x, score = problem.x.double(), problem.score.double()
+    if not _boundary(problem):
+        centre, scale = linear.standardiser(x[:fit])
+        x, score = (x - centre) / scale, score * scale
+    return x[None], score[None], problem.fx.double()[None]
+
+
 def _estimate_hparam(default: str) -> HParam:
     return HParam(default, choices=MODES, doc="split: fit on the first half, unbiased mean of f - g "
                   "on the second; intercept: the fitted intercept on all samples (biased, "
@@ -81,9 +91,9 @@ class NeuralCV(IntegrationMethod):
     def estimate(self, problem: IntegrationProblem) -> Estimate:
         h = self.hparams
         seed = int(problem.info.get("seed", 0)) % 2**31
+        x, score, fx = _inputs(problem, fit_size(len(problem.x), h["estimate"]))
         return _result(neural.fit_neural_cv(
-            problem.x.double()[None], problem.score.double()[None], problem.fx.double()[None],
-            hidden=(h["width"], h["width"]), epochs=h["epochs"], batch=h["batch"], lr=h["lr"],
+            x, score, fx, hidden=(h["width"], h["width"]), epochs=h["epochs"], batch=h["batch"], lr=h["lr"],
             mode=h["estimate"], boundary=_boundary(problem), seed=seed))
 
 
@@ -181,14 +191,11 @@ class MetaControlVariate(IntegrationMethod):
     def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
         p = episode.problem
         self.meta.boundary = _boundary(p)  # the family's support, the same for all its tasks
-        return self.meta.meta_loss(p.x.double()[None], p.score.double()[None],
-                                   p.fx.double()[None])
+        return self.meta.meta_loss(*_inputs(p, fit_size(len(p.x), "split")))
 
     def estimate(self, problem: IntegrationProblem) -> Estimate:
-        fit_size(len(problem.x), "split")
         self.meta.boundary = _boundary(problem)
-        return _result(self.meta.estimate(problem.x.double()[None], problem.score.double()[None],
-                                          problem.fx.double()[None]))
+        return _result(self.meta.estimate(*_inputs(problem, fit_size(len(problem.x), "split"))))
 
 
 METHODS = [PolynomialCV, ControlFunctional, NeuralCV, VectorValuedCV, MetaControlVariate]
