@@ -59,10 +59,11 @@ def metrics(probs: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
 
 def run(name: str, args) -> dict:
     data = load_dataset(args.dataset)
+    train = load_dataset(args.train_dataset)
     method = build_method(name, way=args.way, in_channels=data.in_channels,
                           image_size=data.image_size, seed=0)
     if args.train_episodes:
-        sampler = EpisodeSampler(data, "train", args.way, args.shot, 5, seed=0)
+        sampler = EpisodeSampler(train, "train", args.way, args.shot, 5, seed=0)
         opt = torch.optim.Adam(method.parameters(), lr=1e-3)
         for i in range(args.train_episodes):
             opt.zero_grad()
@@ -119,7 +120,8 @@ def run(name: str, args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", nargs="+", default=["md-bfsc", "logistic-softmax"])
-    p.add_argument("--dataset", default="digits")
+    p.add_argument("--dataset", default="digits", help="test episodes' data set")
+    p.add_argument("--train-dataset", default="glyphs", help="meta-training data set")
     p.add_argument("--way", type=int, default=5)
     p.add_argument("--shot", type=int, default=5)
     p.add_argument("--query", type=int, default=15)

@@ -124,15 +124,17 @@ def fit_neural_cv(x: Tensor, score: Tensor, fx: Tensor, *, hidden: Sequence[int]
     theta = [p.expand(x.shape[0], *p.shape).clone().requires_grad_(True)
              for p in init_params(x.shape[-1], hidden, generator=g, dtype=x.dtype)]
     opt = torch.optim.Adam(theta, lr=lr)
-    for _ in range(epochs):
-        order = torch.randperm(m, generator=g)
-        for start in range(0, m, batch):
-            idx = order[start:start + batch]
-            if len(idx) < 2:
-                continue
-            opt.zero_grad()
-            task_loss(theta, x[:, idx], score[:, idx], fx[:, idx], boundary, penalty).sum().backward()
-            opt.step()
+    with torch.enable_grad():  # also when called for a prediction under no_grad
+        for _ in range(epochs):
+            order = torch.randperm(m, generator=g)
+            for start in range(0, m, batch):
+                idx = order[start:start + batch]
+                if len(idx) < 2:
+                    continue
+                opt.zero_grad()
+                task_loss(theta, x[:, idx], score[:, idx], fx[:, idx], boundary,
+                          penalty).sum().backward()
+                opt.step()
     return estimate_with([p.detach() for p in theta], x, score, fx, boundary, mode)
 
 
