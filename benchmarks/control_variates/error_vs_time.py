@@ -20,9 +20,11 @@ import torch
 from zoo.control_variates.methods import METHODS
 from zoo.control_variates.neural import MetaCV
 from zoo.plugins import load_dataset
+from zoo.spec import parse_spec
 from zoo.tasks.integration import sample_task
 
-FAST = {"neural-cv": {}, "meta-cv": {}, "vv-cv": {"steps": 500}}
+METHODS_DEFAULT = ["mc", "poly-cv", "control-functional", "neural-cv", "vv-cv",
+                   "vv-cv[B=learned,steps=500]"]
 
 
 def main() -> None:
@@ -32,28 +34,29 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=50)
     p.add_argument("--online-tasks", type=int, default=1000)
     p.add_argument("--online-samples", type=int, default=10)
+    p.add_argument("--methods", nargs="+", default=METHODS_DEFAULT,
+                   help="integration methods as specs, e.g. vv-cv[B=learned]")
     args = p.parse_args()
     from zoo.baselines.integration import MonteCarlo
 
-    methods = [MonteCarlo, *[m for m in METHODS if m.name != "meta-cv"]]
+    classes = {m.name: m for m in [MonteCarlo, *METHODS]}
+    methods = [(spec, *parse_spec(spec, "method")) for spec in args.methods]
     for spec in args.families:
-        name, _, rest = spec.partition("[")
-        options = dict(kv.split("=") for kv in rest.rstrip("]").split(",") if kv)
-        family = load_dataset(name, **{k: int(v) for k, v in options.items()})
+        family = load_dataset(*[parse_spec(spec)[0]], **parse_spec(spec)[1])
         for n in args.budgets:
             episodes = [sample_task(family, "test", 0, n, i) for i in range(args.tasks)]
             mc_err = np.array([float(e.problem.fx.mean()) - e.truth for e in episodes])
-            for cls in methods:
-                if cls.name == "vv-cv" and not episodes[0].problem.related:
+            for label, name, options in methods:
+                if name == "vv-cv" and not episodes[0].problem.related:
                     continue
-                method = cls(dim=family.dim, **FAST.get(cls.name, {}))
+                method = classes[name](dim=family.dim, **options)
                 start = time.perf_counter()
                 est = np.array([method.estimate(e.problem).value for e in episodes])
                 ms = 1000 * (time.perf_counter() - start) / len(episodes)
                 err = est - np.array([e.truth for e in episodes])
                 ci = 1.96 * np.abs(err).std(ddof=1) / math.sqrt(len(err))
                 vrf = float(np.sum(mc_err**2) / np.sum(err**2))
-                print(f"{spec:26s} n={n:4d} {cls.name:20s} |error| {np.abs(err).mean():.4g} "
+                print(f"{spec:26s} n={n:4d} {label:28s} |error| {np.abs(err).mean():.4g} "
                       f"+- {ci:.2g}  VRF {vrf:7.3g}  {ms:9.2f} ms/task", flush=True)
     family = load_dataset("genz-oscillatory", dim=2)
     draws = [family.draw(torch.Generator().manual_seed(i), args.online_samples)
