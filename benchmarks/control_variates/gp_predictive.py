@@ -80,8 +80,10 @@ def run(name: str, args) -> dict:
         return p.mean(0) if p.ndim == 3 else p
 
     refs = [probs_of(reference, c, 0) for c, _ in cases]
+    ref_moments = [softmax_draw_moments(c["mean"], c["var"], reference.rule(
+        c["mean"].shape[-1], seed=0).to(torch.float64)) for c, _ in cases]
     rows = {}
-    for spec in ESTIMATORS:
+    for spec in args.estimators:
         for S in args.budgets:
             est = build_estimator(spec, samples=S)
             draws = [[probs_of(est, c, 1000 + r) for r in range(args.seeds)] for c, _ in cases]
@@ -94,10 +96,8 @@ def run(name: str, args) -> dict:
             row |= {"variance": var, "rmse": rmse}
             if name == "md-bfsc":  # the inner loop's expected-gradient terms under this rule
                 errs = []
-                for c, _ in cases:
+                for (c, _), (_, s_ref, s2_ref) in zip(cases, ref_moments):
                     mean, var_ = c["mean"], c["var"]
-                    _, s_ref, s2_ref = softmax_draw_moments(mean, var_, reference.rule(
-                        mean.shape[-1], seed=0).to(torch.float64))
                     rule = est.rule(mean.shape[-1], seed=1000).to(torch.float64)
                     _, s, s2 = softmax_draw_moments(mean, var_, rule)
                     errs.append(float(((s - s_ref).pow(2).mean() + (s2 - s2_ref).pow(2).mean()
@@ -110,7 +110,7 @@ def run(name: str, args) -> dict:
                   flush=True)
     ref_metrics = metrics(torch.cat(refs), torch.cat([y for _, y in cases]))
     target = rows[f"mc S={max(args.budgets)}"]["nll"]
-    for spec in ESTIMATORS:
+    for spec in args.estimators:
         hit = [S for S in args.budgets if rows[f"{spec} S={S}"]["nll"] <= target]
         print(f"{name}: {spec} reaches the NLL of mc at {max(args.budgets)} ({target:.4f}) at "
               f"S = {min(hit) if hit else 'never'}; reference NLL {ref_metrics['nll']:.4f}")
@@ -129,6 +129,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--budgets", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256])
     p.add_argument("--train-episodes", type=int, default=0)
+    p.add_argument("--estimators", nargs="+", default=ESTIMATORS)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     torch.manual_seed(0)
