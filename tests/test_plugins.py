@@ -173,9 +173,10 @@ def test_builtins_register_through_the_hooks():
     assert core.name == "zoo" and core.error is None
     assert core.registered["backbones"] == ["conv4", "conv4s", "mlp", "resnet10", "resnet18"]
     assert core.registered["kernels"] == ["bncosine", "cosine", "linear", "matern", "polynomial",
-                                          "rbf"]
+                                          "preconditioned-rbf", "rbf"]
     assert {"glyphs", "digits"} <= set(core.registered["datasets"])
-    assert core.registered["estimators"] == ["gauss-hermite", "mc", "sobol"]
+    assert core.registered["estimators"] == ["control-functional", "gauss-hermite", "mc",
+                                             "poly-cv", "sobol"]
 
 
 def test_unknown_names_list_the_choices():

@@ -6,15 +6,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoo import backbones, baselines, expectations, kernels, tasks
+from zoo import backbones, baselines, expectations, kernels, stein_kernels, tasks
+from zoo.control_variates import gaussian as cv_estimators
+from zoo.control_variates import methods as cv_methods
 from zoo.data import DATASETS
 from zoo.data.functions import load_gp_rbf, load_sinusoid
-from zoo.data.integrands import load_gaussian_cosine, load_genz_oscillatory
+from zoo.data.integrands import (
+    load_borehole,
+    load_bvp,
+    load_gaussian_cosine,
+    load_genz_oscillatory,
+    load_south,
+    load_step,
+)
 from zoo.data.streams import load_digits_stream, load_mnist_stream
 from zoo.hookspecs import hookimpl
 
 GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
              "gaussian-cosine": load_gaussian_cosine, "genz-oscillatory": load_genz_oscillatory,
+             "south": load_south, "step": load_step, "borehole": load_borehole, "bvp": load_bvp,
              "digits-stream": load_digits_stream, "mnist-stream": load_mnist_stream}
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
@@ -28,13 +38,14 @@ def zoo_register_backbones(register):
 
 @hookimpl
 def zoo_register_kernels(register):
-    for name, cls in kernels.BUILTIN.items():
+    for name, cls in {**kernels.BUILTIN, "preconditioned-rbf": stein_kernels.PreconditionedRBFKernel
+                      }.items():
         register(name, cls)
 
 
 @hookimpl
 def zoo_register_estimators(register):
-    for name, cls in expectations.BUILTIN.items():
+    for name, cls in {**expectations.BUILTIN, **cv_estimators.BUILTIN}.items():
         register(name, cls)
 
 
@@ -46,7 +57,7 @@ def zoo_register_datasets(register):
 
 @hookimpl
 def zoo_register_methods(register):
-    for cls in baselines.BUILTIN:
+    for cls in [*baselines.BUILTIN, *cv_methods.METHODS]:
         register(cls)
 
 

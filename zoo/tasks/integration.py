@@ -32,12 +32,16 @@ from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
 
 @dataclass(frozen=True)
 class IntegrationProblem:
-    """What a method sees: ``x [n, d] ~ pi``, ``fx [n]``, ``score [n, d] = grad log pi(x)``."""
+    """What a method sees: ``x [n, d] ~ pi``, ``fx [n]``, ``score [n, d] = grad log pi(x)``;
+    ``info["support"]``: ``"real"`` or ``"unit-cube"`` (uniform ``pi``, score zero inside);
+    ``related``: problems of related integrals (other fidelities or distributions, each with its
+    own samples) that a vector-valued method may use; the estimate is of this problem's integral."""
 
     x: Tensor
     fx: Tensor
     score: Tensor
     info: dict[str, Any] = field(default_factory=dict)
+    related: tuple[IntegrationProblem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,12 @@ def sample_task(family: IntegrandFamily, split: str, seed: int, samples: int,
     d = family.draw(torch.Generator().manual_seed(s), samples)
     device = family.device
     info = {"dataset": family.name, "split": split, "index": int(index), "seed": s,
-            "params": d.params}
+            "params": d.params, "support": family.support}
+    related = tuple(IntegrationProblem(r.x.to(device), r.fx.to(device), r.score.to(device),
+                                       {"params": r.params, "support": family.support})
+                    for r in d.related)
     return IntegrationEpisode(IntegrationProblem(d.x.to(device), d.fx.to(device),
-                                                 d.score.to(device), info), d.truth)
+                                                 d.score.to(device), info, related), d.truth)
 
 
 class Integration(Task):

@@ -1,0 +1,192 @@
+"""Control variates linear in ``f``: polynomial Stein CVs (Mira et al. 2013) fitted by least
+squares, and control functionals (Oates et al. 2017), the kernel version (Sun 2023, §3.3.3).
+
+Polynomial CVs are ``L'`` of polynomial vector fields: degree 1, the constant fields, ``g = a . s``;
+degree 2, the affine fields ``u = a + A x``, ``g = tr A + (a + A x) . s`` (the clean form of the
+thesis's garbled Eq. 3.11; a general ``A`` contains the symmetric ``A`` of ``L''[a.x + x^T A x/2]``
+and is what makes a quadratic integrand under any Gaussian exact, ``A = -Sigma M``). The fit is
+ridge least squares with an unpenalised intercept on standardised columns, so the estimate is a
+fixed linear functional of ``f``: a weighted rule (:func:`polynomial_weights`).
+
+The control functional fits ``f ~ beta + GP(0, sigma^2 k0)`` exactly (a small nugget):
+``beta = 1^T K0^-1 f / 1^T K0^-1 1``, ``g = k0(., X) K0^-1 (f - beta)``; its lengthscale maximises
+the Stein kernel's marginal likelihood with ``beta`` and ``sigma^2`` profiled out (App. A.3.2).
+Inputs are standardised by the fitting samples (``x' = (x - c) / r``, score ``r s``), a fixed
+affine change of variables that keeps the Stein identity.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from zoo.control_variates.fitting import CVEstimate, check_mode, fit_size, from_intercept, from_residuals
+from zoo.kernels import RBFKernel
+from zoo.stein_kernels import BoundaryKernel, stein_kernel
+
+NUGGET = 1e-8
+"""Relative nugget of the control functional: ``K0 + NUGGET * mean(diag K0) I``."""
+
+RIDGE = 1e-6
+"""Ridge of the polynomial CV on its standardised coefficients: negligible when the fit is
+over-determined, a minimum-norm-like interpolant when it is not."""
+
+
+def polynomial_features(x: Tensor, score: Tensor, degree: int) -> Tensor:
+    """``[..., N, p]``: ``L'`` of the basis fields ``e_j`` (degree 1, ``p = d``) and ``x_k e_j``
+    (degree 2, ``p = d + d^2``): ``s_j`` and ``delta_jk + x_k s_j``."""
+    if degree not in (1, 2):
+        raise ValueError(f"polynomial control variates have degree 1 or 2, got {degree}")
+    if degree == 1:
+        return score
+    d = x.shape[-1]
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    quad = eye + score[..., :, None] * x[..., None, :]  # [..., N, j, k]
+    return torch.cat([score, quad.flatten(-2)], -1)
+
+
+def _scale(phi: Tensor) -> Tensor:
+    scale = (phi - phi.mean(-2, keepdim=True)).pow(2).mean(-2, keepdim=True).sqrt()
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+def _standardise(phi: Tensor) -> tuple[Tensor, Tensor]:
+    """Centred columns in units of their spread, and the column means in those units."""
+    mean, scale = phi.mean(-2, keepdim=True), _scale(phi)
+    return (phi - mean) / scale, mean / scale
+
+
+def _ridge_solve(centred: Tensor, rhs: Tensor, ridge: float) -> Tensor:
+    n, p = centred.shape[-2], centred.shape[-1]
+    gram = centred.transpose(-1, -2) @ centred / n
+    gram = gram + ridge * torch.eye(p, dtype=gram.dtype, device=gram.device)
+    return torch.linalg.solve(gram, rhs)
+
+
+def polynomial_weights(phi: Tensor, mode: str = "intercept", ridge: float = RIDGE) -> Tensor:
+    """The weights ``w [..., N]`` with estimate ``sum_i w_i f(x_i)`` (they sum to one): the ridge
+    fit's intercept (``intercept``), or the held-out mean of ``f - g`` (``split``)."""
+    check_mode(mode)
+    n = phi.shape[-2]
+    m = fit_size(n, mode)
+    centred, offset = _standardise(phi[..., :m, :])
+    if mode == "intercept":
+        solved = _ridge_solve(centred, offset.transpose(-1, -2), ridge)[..., 0]
+        return _sum_to_one(1 / n - centred @ solved / n)
+    scale = _scale(phi[..., :m, :])
+    held_mean = phi[..., m:, :].mean(-2, keepdim=True) / scale
+    solved = _ridge_solve(centred, held_mean.transpose(-1, -2), ridge)[..., 0]
+    fit = -centred @ solved / m
+    held = torch.full(phi.shape[:-2] + (n - m,), 1 / (n - m), dtype=phi.dtype, device=phi.device)
+    return _sum_to_one(torch.cat([fit, held], -1))
+
+
+def _sum_to_one(w: Tensor) -> Tensor:
+    """Removes the rounding error of an ill-conditioned solve from weights that sum to one in
+    exact arithmetic (the constant function is integrated exactly)."""
+    return w + (1 - w.sum(-1, keepdim=True)) / w.shape[-1]
+
+
+def polynomial_cv(x: Tensor, score: Tensor, fx: Tensor, *, degree: int = 2,
+                  mode: str = "intercept", ridge: float = RIDGE) -> CVEstimate:
+    """The polynomial CV estimate of ``E[f]`` for ``fx [..., N, K]`` (``K`` integrands sharing the
+    design), with its standard error."""
+    phi = polynomial_features(x, score, degree)
+    m = fit_size(phi.shape[-2], check_mode(mode))
+    centred, _ = _standardise(phi[..., :m, :])
+    scale = _scale(phi[..., :m, :])
+    y = fx[..., :m, :]
+    ybar = y.mean(-2, keepdim=True)
+    theta = _ridge_solve(centred, centred.transpose(-1, -2) @ (y - ybar) / m, ridge) / scale.mT
+    beta = ybar - phi[..., :m, :].mean(-2, keepdim=True) @ theta  # [..., 1, K]
+    if mode == "intercept":
+        return from_intercept(beta[..., 0, :], fx - beta - phi @ theta, phi.shape[-1])
+    return from_residuals(fx[..., m:, :] - phi[..., m:, :] @ theta)
+
+
+def gls_fit(K0: Tensor, y: Tensor, jitter: Tensor | float) -> tuple[Tensor, Tensor, Tensor]:
+    """``f ~ beta 1 + GP(0, sigma^2 K0)`` with ``K0 + jitter I``: the intercept ``beta [..., K]``
+    (GLS), the weights ``alpha = K^-1 (y - beta) [..., m, K]`` and the log marginal likelihood
+    ``[...]`` with ``beta`` and ``sigma^2`` profiled out."""
+    m = K0.shape[-1]
+    eye = torch.eye(m, dtype=K0.dtype, device=K0.device)
+    jitter = torch.as_tensor(jitter, dtype=K0.dtype, device=K0.device)
+    L, info = torch.linalg.cholesky_ex(K0 + jitter[..., None, None] * eye)
+    if bool((info > 0).any()):
+        raise torch.linalg.LinAlgError("the Stein Gram matrix is not positive definite; raise "
+                                       "the nugget")
+    ones = torch.ones(K0.shape[:-1] + (1,), dtype=K0.dtype, device=K0.device)
+    a = torch.cholesky_solve(ones, L)
+    b = torch.cholesky_solve(y, L)
+    beta = (b.sum(-2) / a.sum(-2))
+    alpha = b - a * beta[..., None, :]
+    sigma2 = ((y - beta[..., None, :]) * alpha).sum(-2).clamp_min(1e-300) / m
+    logdet = 2 * torch.diagonal(L, dim1=-2, dim2=-1).log().sum(-1)
+    return beta, alpha, -0.5 * m * sigma2.log().sum(-1) - 0.5 * y.shape[-1] * logdet
+
+
+def standardiser(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Centre and scale ``[..., 1, d]`` of the fitting samples ``x [..., m, d]``."""
+    centre = x.mean(-2, keepdim=True)
+    scale = x.std(-2, keepdim=True) if x.shape[-2] > 1 else torch.ones_like(centre)
+    return centre, torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+LENGTHSCALES = tuple(2.0**k for k in (-2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3))
+"""The grid of lengthscales (in standardised units, times ``sqrt d``) searched by the Stein marginal
+likelihood."""
+
+
+def control_functional(x: Tensor, score: Tensor, fx: Tensor, *, mode: str = "intercept",
+                       lengthscale: float | None = None, boundary: bool = False,
+                       standardise: bool = True, nugget: float = NUGGET) -> CVEstimate:
+    """The control-functional estimate for one task: ``x [N, d]``, ``score [N, d]``, ``fx [N, K]``.
+    ``boundary``: ``pi`` is uniform on the unit cube (no standardisation; the RBF kernel times the
+    boundary factor). ``lengthscale``: fixed, or ``None`` for the marginal-likelihood choice.
+    ``standardise``: work in standardised coordinates (off for inputs already standard)."""
+    m = fit_size(x.shape[-2], check_mode(mode))
+    if boundary or not standardise:
+        centre, scale = torch.zeros_like(x[:1]), torch.ones_like(x[:1])
+    else:
+        centre, scale = standardiser(x[:m])
+    z, s = (x - centre) / scale, score * scale
+    d = x.shape[-1]
+    grid = [lengthscale] if lengthscale is not None else [math.sqrt(d) * v for v in LENGTHSCALES]
+    best = None
+    for ell in grid:
+        kernel = RBFKernel(d, lengthscale=ell, learn_outputscale=False).to(x.dtype)
+        kernel = BoundaryKernel(kernel) if boundary else kernel
+        K0 = stein_kernel(kernel, z[:m], z[:m], s[:m], s[:m]).detach()
+        jitter = nugget * K0.diagonal().mean().clamp_min(1e-300)
+        try:
+            beta, alpha, loglik = gls_fit(K0, fx[:m], jitter)
+        except torch.linalg.LinAlgError:
+            continue
+        if best is None or float(loglik) > best[0]:
+            best = (float(loglik), kernel, beta, alpha, K0)
+    if best is None:
+        raise torch.linalg.LinAlgError("no lengthscale gave a positive-definite Stein Gram matrix")
+    _, kernel, beta, alpha, K0 = best
+    if mode == "intercept":
+        return from_intercept(beta, fx - beta - K0 @ alpha, 0)
+    cross = stein_kernel(kernel, z[m:], z[:m], s[m:], s[:m]).detach()
+    return from_residuals(fx[m:] - cross @ alpha)
+
+
+def kernel_weights(K0: Tensor, cross_mean: Tensor | None = None, *,
+                   nugget: float = NUGGET) -> Tensor:
+    """The control functional as a rule: weights on the fitting samples with estimate
+    ``sum_i w_i f(x_i)`` (they sum to one): ``K^-1 1 / 1^T K^-1 1`` for the fitted intercept, or,
+    given the held-out mean of the cross Gram matrix ``cross_mean = mean_Q k0(x_q, .) [m]``, the
+    fitting-sample part of the split estimate ``mean_Q (f - g)`` (the held-out samples then carry
+    ``1 / n`` each)."""
+    eye = torch.eye(K0.shape[-1], dtype=K0.dtype, device=K0.device)
+    L = torch.linalg.cholesky(K0 + nugget * K0.diagonal().mean() * eye)
+    a = torch.cholesky_solve(torch.ones_like(K0[:, :1]), L)[:, 0]
+    if cross_mean is None:
+        return a / a.sum()
+    b = torch.cholesky_solve(cross_mean[:, None], L)[:, 0]
+    fit = -b + (cross_mean @ a) * a / a.sum()
+    return fit - fit.mean()  # sums to zero in exact arithmetic

@@ -1,0 +1,201 @@
+"""Control-variate methods of the integration task kind (:mod:`zoo.tasks.integration`), compared
+with its Monte Carlo baseline on the same samples: ``poly-cv``, ``control-functional``,
+``neural-cv``, ``vv-cv`` (using the problem's related integrals) and ``meta-cv`` (meta-trained by
+the runner over training integrands).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from zoo.control_variates import linear, neural, vector_valued
+from zoo.control_variates.fitting import MODES, CVEstimate, fit_size
+from zoo.hparams import HParam
+from zoo.kernels import RBFKernel
+from zoo.stein_kernels import BoundaryKernel
+from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationMethod, IntegrationProblem
+
+
+def _result(e: CVEstimate) -> Estimate:
+    return Estimate(float(e.value.reshape(-1)[0]), float(e.stderr.reshape(-1)[0]))
+
+
+def _boundary(problem: IntegrationProblem) -> bool:
+    return problem.info.get("support") == "unit-cube"
+
+
+def _inputs(problem: IntegrationProblem, fit: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``x``, score and ``f`` with a leading task axis, ``x`` standardised by the fitting samples
+    (score ``scale * s``: a fixed affine change of variables) unless ``pi`` lives on the cube."""
+    x, score = problem.x.double(), problem.score.double()
+    if not _boundary(problem):
+        centre, scale = linear.standardiser(x[:fit])
+        x, score = (x - centre) / scale, score * scale
+    return x[None], score[None], problem.fx.double()[None]
+
+
+def _estimate_hparam(default: str) -> HParam:
+    return HParam(default, choices=MODES, doc="split: fit on the first half, unbiased mean of f - g "
+                  "on the second; intercept: the fitted intercept on all samples (biased, "
+                  "consistent)")
+
+
+class PolynomialCV(IntegrationMethod):
+    """Polynomial Stein CV (degree 1: ``a . s``; degree 2: affine fields), least squares."""
+
+    name = "poly-cv"
+    hyperparameters: ClassVar[dict[str, Any]] = {
+        "degree": HParam(2, choices=(1, 2), doc="polynomial degree of the potential"),
+        "estimate": _estimate_hparam("intercept"),
+        "ridge": HParam(linear.RIDGE, ge=0, doc="ridge on the standardised coefficients"),
+    }
+
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        h = self.hparams
+        return _result(linear.polynomial_cv(problem.x.double(), problem.score.double(),
+                                            problem.fx.double()[:, None], degree=h["degree"],
+                                            mode=h["estimate"], ridge=h["ridge"]))
+
+
+class ControlFunctional(IntegrationMethod):
+    """Control functional: Stein kernel of an RBF, lengthscale by the Stein marginal likelihood."""
+
+    name = "control-functional"
+    hyperparameters: ClassVar[dict[str, Any]] = {
+        "estimate": _estimate_hparam("intercept"),
+        "nugget": HParam(linear.NUGGET, gt=0, doc="relative nugget of the Stein Gram matrix"),
+    }
+
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        return _result(linear.control_functional(
+            problem.x.double(), problem.score.double(), problem.fx.double()[:, None],
+            mode=self.hparams["estimate"], boundary=_boundary(problem),
+            nugget=self.hparams["nugget"]))
+
+
+class NeuralCV(IntegrationMethod):
+    """A neural Stein CV fitted to each task alone (Wan et al. 2019; the thesis's baseline)."""
+
+    name = "neural-cv"
+    hyperparameters: ClassVar[dict[str, Any]] = {
+        "lr": HParam(2e-3, gt=0, doc="Adam learning rate of the per-task fit"),
+        "epochs": HParam(20, ge=1, doc="passes over the fitting samples"),
+        "batch": HParam(5, ge=2, doc="mini-batch size"),
+        "width": HParam(80, ge=1, doc="units in each of the two hidden layers"),
+        "estimate": _estimate_hparam("split"),
+    }
+
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        h = self.hparams
+        seed = int(problem.info.get("seed", 0)) % 2**31
+        x, score, fx = _inputs(problem, fit_size(len(problem.x), h["estimate"]))
+        return _result(neural.fit_neural_cv(
+            x, score, fx, hidden=(h["width"], h["width"]), epochs=h["epochs"], batch=h["batch"], lr=h["lr"],
+            mode=h["estimate"], boundary=_boundary(problem), seed=seed))
+
+
+class VectorValuedCV(IntegrationMethod):
+    """vv-CV over the problem and its related integrals: separable ``B k`` with an RBF ``k``
+    (standardised inputs, lengthscale by the Stein marginal likelihood with ``B = I`` summed over
+    the integrals), the reduced closed form for a fixed ``B`` or Adam with a learned one."""
+
+    name = "vv-cv"
+    hyperparameters: ClassVar[dict[str, Any]] = {
+        "B": HParam("fixed", choices=("fixed", "learned"), doc="fixed B (diagonal 1, off-diagonal "
+                    "`correlation`) or learned B = L L^T from the identity"),
+        "correlation": HParam(0.1, ge=-1, le=1, doc="off-diagonal of the fixed B"),
+        "lam": HParam(1e-5, gt=0, doc="regulariser, relative to the mean diagonal of k0"),
+        "steps": HParam(2000, ge=1, doc="Adam steps when B is learned"),
+        "lr": HParam(0.01, gt=0, doc="Adam learning rate when B is learned"),
+    }
+
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        h = self.hparams
+        problems = (problem, *problem.related)
+        x = torch.cat([p.x.double() for p in problems])
+        score = torch.cat([p.score.double() for p in problems])
+        fx = torch.cat([p.fx.double() for p in problems])
+        task = torch.cat([torch.full((len(p.x),), t, dtype=torch.long)
+                          for t, p in enumerate(problems)])
+        boundary = _boundary(problem)
+        if boundary:
+            z, s = x, score
+        else:
+            centre, scale = linear.standardiser(x)
+            z, s = (x - centre) / scale, score * scale
+        k0 = self.select_kernel(z, s, fx, task, boundary)
+        T = len(problems)
+        lam = h["lam"] * float(k0.diagonal().mean())
+        if h["B"] == "fixed":
+            B = torch.full((T, T), h["correlation"], dtype=torch.float64).fill_diagonal_(1.0)
+            fit = vector_valued.closed_form(k0, B, task, fx, lam)
+        else:
+            fit = vector_valued.fit_stochastic(k0, task, fx, lam=lam, B=torch.eye(T).double(),
+                                               learn_B=True, steps=h["steps"], lr=h["lr"])
+        return Estimate(float(fit.beta[0]), float("nan"),
+                        {"B": fit.B.tolist()})
+
+    @staticmethod
+    def select_kernel(z: Tensor, s: Tensor, fx: Tensor, task: Tensor, boundary: bool) -> Tensor:
+        """The cross-Stein Gram matrix at the lengthscale of highest Stein marginal likelihood,
+        summed over the integrals (``B = I``)."""
+        d = z.shape[-1]
+        best = None
+        for v in linear.LENGTHSCALES:
+            kernel = RBFKernel(d, lengthscale=d**0.5 * v, learn_outputscale=False).double()
+            kernel = BoundaryKernel(kernel) if boundary else kernel
+            k0 = vector_valued.base_gram(kernel, z, s)
+            total = 0.0
+            try:
+                for t in range(int(task.max()) + 1):
+                    idx = task == t
+                    block = k0[idx][:, idx]
+                    jitter = linear.NUGGET * block.diagonal().mean()
+                    total += float(linear.gls_fit(block, fx[idx, None], jitter)[2])
+            except torch.linalg.LinAlgError:
+                continue
+            if best is None or total > best[0]:
+                best = (total, k0)
+        if best is None:
+            raise torch.linalg.LinAlgError("no lengthscale gave positive-definite Stein Gram "
+                                           "matrices")
+        return best[1]
+
+
+class MetaControlVariate(IntegrationMethod):
+    """Meta-learned neural CV (Sun 2023, Ch. 5): meta-trained over training integrands by the
+    runner (``train_episodes``, ``meta_batch``), adapted to each test integrand by ``steps``
+    gradient steps on its first half, the split estimate on its second half."""
+
+    name = "meta-cv"
+    hyperparameters: ClassVar[dict[str, Any]] = {
+        "lr": HParam(2e-3, gt=0, doc="outer Adam learning rate (eta)"),
+        "meta_batch": HParam(5, ge=1, doc="tasks per outer step (B)"),
+        "steps": HParam(1, ge=0, doc="inner gradient steps (L)"),
+        "inner_lr": HParam(0.01, gt=0, doc="inner step size (alpha)"),
+        "width": HParam(80, ge=1, doc="units in each of the two hidden layers"),
+        "penalty": HParam(5e-6, ge=0, doc="penalty on the CV's outputs (lambda)"),
+        "first_order": HParam(False, doc="first-order MAML (no second derivatives)"),
+    }
+
+    def __init__(self, *, dim: int, **hparams: Any):
+        super().__init__(dim=dim, **hparams)
+        h = self.hparams
+        self.meta = neural.MetaCV(dim, hidden=(h["width"], h["width"]), steps=h["steps"],
+                                  inner_lr=h["inner_lr"], penalty=h["penalty"],
+                                  first_order=h["first_order"])
+
+    def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
+        p = episode.problem
+        self.meta.boundary = _boundary(p)  # the family's support, the same for all its tasks
+        return self.meta.meta_loss(*_inputs(p, fit_size(len(p.x), "split")))
+
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        self.meta.boundary = _boundary(problem)
+        return _result(self.meta.estimate(*_inputs(problem, fit_size(len(problem.x), "split"))))
+
+
+METHODS = [PolynomialCV, ControlFunctional, NeuralCV, VectorValuedCV, MetaControlVariate]
