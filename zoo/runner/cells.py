@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -21,6 +22,8 @@ from zoo.errors import HyperParameterError, ZooError
 from zoo.method import resolve_hparams
 from zoo.runner.suite import Suite, SuiteError
 from zoo.tasks.base import Task
+
+log = logging.getLogger(__name__)
 
 RUN_ONLY = ("checkpoint_every", "max_bad_steps")
 
@@ -71,7 +74,7 @@ class Cell:
 
     def train_config(self) -> dict[str, Any]:
         config = self.config()
-        out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys)}
+        out = {k: config[k] for k in self.BASE_TRAIN_KEYS} | self.task.train_shape(self.shape)
         for optional in ("task", "provenance"):
             if optional in config:
                 out[optional] = config[optional]
@@ -159,6 +162,10 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                         train_episodes = task.train_episodes(s["train_episodes"], shape)
                     except (HyperParameterError, ZooError) as exc:
                         raise SuiteError(f"suite {suite.name!r}: {exc}") from None
+                    if not task.supports(cls, hparams, shape):
+                        log.info("suite %r: %s cannot run %s; left out", suite.name, m,
+                                 task.label(shape))
+                        continue
                     kernel = (method_kernel or s["kernel"] or cls.default_kernel
                               if cls.uses_kernel else None)
                     for test in tests:

@@ -74,6 +74,7 @@ class ABPML(InnerLoopMethod):
     """Gaussian prototypes from a Gaussian embedding adapted by ``L`` inner steps."""
 
     name = "abpml"
+    any_way = True
     published = PUBLISHED
     hyperparameters = {
         "meta_batch": HParam(None, type=int, ge=1,
