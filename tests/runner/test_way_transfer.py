@@ -42,3 +42,14 @@ def test_a_model_trained_three_way_is_scored_five_way(tmp_path):
     assert sorted(r["way"] for r in lines) == [3, 5]
     five = next(r for r in lines if r["way"] == 5)
     assert five["config"]["train_way"] == 3 and 0 <= five["accuracy"] <= 1
+
+
+def test_which_methods_score_any_way():
+    from zoo.plugins import registry
+
+    reg = registry()
+    assert reg.get("methods", "protonet").scores_any_way({})
+    assert not reg.get("methods", "maml").scores_any_way({})
+    dkt = reg.get("methods", "dkt")
+    assert dkt.scores_any_way(dkt.all_defaults())
+    assert not dkt.scores_any_way({**dkt.all_defaults(), "per_class_kernel": True})
