@@ -43,6 +43,9 @@ class Method(Configurable, nn.Module):
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
         uses_kernel / default_kernel / default_backbone: what :func:`build_method` constructs.
+        any_way: a model built for one way scores episodes of any other (it has no way-sized
+            parameters), so way-transfer suites (``train_way``) run it; see
+            :meth:`scores_any_way`. :func:`zoo.testing.check_method` holds a method to it.
     """
 
     name: ClassVar[str]
@@ -53,6 +56,7 @@ class Method(Configurable, nn.Module):
     uses_kernel: ClassVar[bool] = False
     default_kernel: ClassVar[str | None] = None
     default_backbone: ClassVar[str] = "conv4s"
+    any_way: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None, **hparams: Any):
         super().__init__()
@@ -66,6 +70,12 @@ class Method(Configurable, nn.Module):
     @abstractmethod
     def predict(self, episode: Episode) -> Prediction:
         """Class probabilities for ``episode.query_x`` given the labelled support only."""
+
+    @classmethod
+    def scores_any_way(cls, hparams: Mapping[str, Any]) -> bool:
+        """Whether a model with the resolved ``hparams``, built for one way, scores episodes of
+        another: :attr:`any_way` unless a hyper-parameter gives it way-sized parameters."""
+        return cls.any_way
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimizer parameter groups; override to give the kernel its own learning rate."""

@@ -3,7 +3,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 
 - :func:`check_method`: probabilities of shape ``[Q, way]`` that sum to one; the same
   probabilities for the same episode whatever the global RNG state; a finite ``meta_loss`` whose
-  gradient reaches the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes.
+  gradient reaches the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes; and, for a
+  method that declares it scores any way (:meth:`zoo.Method.scores_any_way`), 20-way episodes
+  scored by a model built 2-way.
 - :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` equal to its
   diagonal, per-class batching, gradients that reach the kernel's parameters and the features.
 - :func:`check_dataset`: disjoint splits, class sizes, what ``gather`` returns, episodes that are
@@ -165,6 +167,22 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         assert torch.equal(first, again), \
             f"{at}: predict depends on the global RNG state; draw from " \
             "zoo.method.episode_generator(episode)"
+    _check_any_way(name, settings, **hparams)
+
+
+def _check_any_way(name: str, settings, **hparams: Any) -> None:
+    """A method that says it scores any way gives ``[Q, way]`` probabilities for an episode of
+    the last setting's way from a model built for the first setting's way."""
+    (built, _), (way, shot) = settings[0], settings[-1]
+    method = build_for_tests(name, built, **hparams).eval()
+    if built == way or not method.scores_any_way(method.hparams):
+        return
+    episode = toy_episode(way, shot)
+    with torch.no_grad():
+        probs = method.predict(episode).probs
+    assert probs.shape == (episode.query_y.numel(), way) and torch.isfinite(probs).all(), \
+        f"{name}: built {built}-way, it gave probs of shape {tuple(probs.shape)} for a {way}-way " \
+        "episode; set any_way = False on the class if its parameters depend on the way"
 
 
 # -- kernels ---------------------------------------------------------------------------------------

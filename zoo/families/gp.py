@@ -15,6 +15,7 @@ factor's dimension; the methods' inner loops are the same code on every route.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -45,6 +46,7 @@ class GPMethod(LatentGaussianMethod):
 
     uses_kernel: ClassVar[bool] = True
     default_kernel: ClassVar[str | None] = "rbf"
+    any_way: ClassVar[bool] = True
     hyperparameters = {
         "kernel_lr": HParam(1e-4, gt=0, doc="Adam learning rate of the kernel"),
         "per_class_kernel": HParam(False, doc="one set of kernel hyper-parameters per class "
@@ -53,6 +55,11 @@ class GPMethod(LatentGaussianMethod):
                           "the kernel's feature map, Nystrom, or auto (the cheaper exact one)"),
         "inducing": HParam(128, ge=1, doc="inducing points of algebra=nystrom"),
     }
+
+    @classmethod
+    def scores_any_way(cls, hparams: Mapping[str, Any]) -> bool:
+        """One GP per class, its kernel shared unless ``per_class_kernel`` gives one per class."""
+        return cls.any_way and not hparams.get("per_class_kernel", False)
 
     def _prepared(self, x: Tensor, episode: Episode) -> Tensor:
         """Features from one backbone pass (one set of batch statistics) and one kernel transform

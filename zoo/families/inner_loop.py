@@ -11,12 +11,18 @@ record what actually ran. ``meta_batch`` (episodes per optimizer step, read by t
 Omniglot values, 32 tasks (5-way) and 16 (20-way), are set by the reproduction card's ``--set``.
 
 The base needs no meta-learning library: how a subclass takes its steps (learn2learn's
-``clone``/``adapt``, ``torch.func``) is its own business.
+``clone``/``adapt``, ``torch.func``) is its own business; :func:`learn2learn_algorithms` imports
+learn2learn lazily for the plugins that use it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from collections.abc import Mapping
+from importlib.util import find_spec
+from types import ModuleType
 from typing import Any, ClassVar
 
 from torch import nn
@@ -47,6 +53,34 @@ def published_with_steps(steps: int) -> dict[str, dict[int | None, dict[str, Any
     """:data:`PUBLISHED` with ``steps`` inner steps in training and at test (Meta-SGD, ABML)."""
     return {p: {w: {**s, "inner_steps": steps, "test_inner_steps": steps} for w, s in t.items()}
             for p, t in PUBLISHED.items()}
+
+
+def learn2learn_algorithms() -> ModuleType:
+    """``learn2learn.algorithms``, imported on first use (learn2learn imports gym, slowly and
+    noisily); plugins that use it check at load time that it is installed."""
+    _import_gym_without_its_notice()
+    import learn2learn
+
+    return learn2learn.algorithms
+
+
+def _import_gym_without_its_notice() -> None:
+    """Import gym, dropping the one deprecation notice it prints to stderr on every import (from
+    ``gym_notices``, for gym 0.26); anything else it writes there is passed on."""
+    if "gym" in sys.modules or find_spec("gym") is None:
+        return
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        import gym
+    text = captured.getvalue()
+    try:
+        from gym_notices.notices import notices
+    except ImportError:
+        notices = {}
+    notice = notices.get(getattr(gym, "__version__", None))
+    if notice:
+        text = text.replace(notice + "\n", "", 1)
+    sys.stderr.write(text)
 
 
 def infer_protocol(backbone: nn.Module) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -22,6 +23,8 @@ from zoo.method import resolve_hparams
 from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel
 from zoo.spec import parse_spec
 from zoo.tasks.base import Task
+
+log = logging.getLogger(__name__)
 
 RUN_ONLY = ("checkpoint_every", "max_bad_steps", "max_skipped_fraction")
 
@@ -80,9 +83,7 @@ class Cell:
 
     def train_config(self) -> dict[str, Any]:
         config = self.config()
-        # a kind may leave a train key out of a shape at its default (regression's train_tasks),
-        # so the names of cells trained before the key existed do not change
-        out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys) if k in config}
+        out = {k: config[k] for k in self.BASE_TRAIN_KEYS} | self.task.train_shape(self.shape)
         for optional in ("task", "provenance", "val_dataset"):
             if optional in config:
                 out[optional] = config[optional]
@@ -185,6 +186,10 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                         train_episodes = task.train_episodes(s["train_episodes"], shape)
                     except (HyperParameterError, ZooError) as exc:
                         raise SuiteError(f"suite {suite.name!r}: {exc}") from None
+                    if not task.supports(cls, hparams, shape):
+                        log.info("suite %r: %s cannot run %s; left out", suite.name, m,
+                                 task.label(shape))
+                        continue
                     kernel = (dataset_kernel(per_dataset, train) or method_kernel
                               or s["kernel"] or cls.default_kernel if cls.uses_kernel else None)
                     for test in tests:

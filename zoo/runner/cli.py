@@ -176,9 +176,16 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
         raise ZooError(f"zoo evaluate scores classification models; {args.run} holds a "
                        f"{task.name} model: score it with zoo bench on a {task.name} suite")
     way, shot = args.way or config["way"], args.shot or config["train_shot"]
+    trained = {k: v for k, v in config.items() if k != "train_way"}
+    trained_way = config.get("train_way", config["way"])
+    if way != trained_way:
+        trained["train_way"] = trained_way
     seed = config["seed"] if args.seed is None else args.seed
-    cell = Cell.from_config({**config, "way": way, "shot": shot, "query": args.query}, task,
+    cell = Cell.from_config({**trained, "way": way, "shot": shot, "query": args.query}, task,
                             dataset=args.dataset, test_episodes=args.episodes)
+    if not task.supports(reg.get("methods", config["method"]), config["hparams"], cell.shape):
+        raise ZooError(f"{config['method']} was trained {trained_way}-way and cannot score "
+                       f"{way}-way episodes (it has way-sized parameters): leave out --way")
     datasets = DatasetCache(args.data_dir, device, reg)
     test_data = datasets.get(args.dataset)
     train_data = datasets.get(config["train_dataset"])

@@ -21,6 +21,7 @@ class SettingError(ZooError, ValueError):
 MINIMUM: dict[str, tuple[int, str]] = {
     "ways": (1, "classes per episode"),
     "shots": (1, "support examples per class"),
+    "train_way": (0, "the training way (0: one model per test way)"),
     "train_shot": (0, "the training shot (0: one model per test shot)"),
     "query": (1, "queries per class"),
     "train_query": (1, "training queries per class"),

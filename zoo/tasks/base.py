@@ -101,6 +101,18 @@ class Task(ABC):
     def shapes(self, settings: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The shapes of the cells a suite part asks for (one cell per shape, data set, seed)."""
 
+    def train_shape(self, shape: Shape) -> dict[str, Any]:
+        """What of ``shape`` identifies the cell's training (cells equal in it share a model). A
+        kind may leave a train key out of a shape at its default (regression's ``train_tasks``), so
+        the names of cells trained before the key existed do not change."""
+        return {k: shape[k] for k in self.train_keys if k in shape}
+
+    def supports(self, cls: type, hparams: Mapping[str, Any], shape: Shape) -> bool:
+        """Whether a method of class ``cls`` with ``hparams`` can run a cell of ``shape``; the
+        cells it cannot run are left out of a suite (a way-transfer shape for a method whose
+        parameters depend on the way)."""
+        return True
+
     def train_episodes(self, value: int | Mapping[str, int], shape: Shape) -> int:
         """``train_episodes`` of a shape; a mapping is keyed by what :meth:`episodes_key` gives."""
         if isinstance(value, Mapping):

@@ -1,5 +1,10 @@
 """Few-shot classification: ``way``-way ``shot``-shot episodes of a :class:`FewShotDataset`.
 
+Transfer protocols: ``train_shot`` trains one model at that shot for every test shot, and
+``train_way`` one model at that way for every test way (Sun et al. 2021, Table 6.3: trained 5-way,
+tested 5/10/20-way), run by the methods that can score another way than they were built for
+(:meth:`zoo.Method.scores_any_way`).
+
 Methods are :class:`zoo.Method` and return :class:`zoo.Prediction` (class probabilities
 ``[Q, way]``). A record holds accuracy, NLL, Brier and per-query confidence and correctness, from
 which calibration (ECE/MCE, 15 bins) is computed across episodes; a temperature fitted on the
@@ -35,8 +40,8 @@ class Classification(Task):
     data_base = FewShotDataset
     data_what = "a few-shot classification data set"
     data_example = "glyphs"
-    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_shot": 0,
-                                          "query": 15, "train_query": 15}
+    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
+                                          "train_shot": 0, "query": 15, "train_query": 15}
     train_keys = ("way", "train_shot", "train_query")
     column_keys = ("way", "shot")
     selection_key = "val_accuracy"
@@ -49,18 +54,35 @@ class Classification(Task):
                   "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot."""
-        return [{"way": int(way), "shot": int(shot), "train_shot": int(s["train_shot"]) or int(shot),
-                 "query": int(s["query"]), "train_query": int(s["train_query"])}
-                for way in s["ways"] for shot in s["shots"]]
+        """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.
+        Likewise ``train_way``, recorded in the shape only where it differs from the test way (so
+        the cells of other suites keep their identity)."""
+        out = []
+        for way in s["ways"]:
+            trained = {"train_way": int(s["train_way"])} if s["train_way"] not in (0, way) else {}
+            out += [{"way": int(way), **trained, "shot": int(shot),
+                     "train_shot": int(s["train_shot"]) or int(shot), "query": int(s["query"]),
+                     "train_query": int(s["train_query"])} for shot in s["shots"]]
+        return out
+
+    def train_shape(self, shape: Shape) -> dict[str, Any]:
+        """The training's way is ``train_way`` where the shape has one: a way-transfer cell shares
+        its model with the cell trained and tested at that way."""
+        return {"way": train_way(shape), "train_shot": shape["train_shot"],
+                "train_query": shape["train_query"]}
+
+    def supports(self, cls: type, hparams: Mapping[str, Any], shape: Shape) -> bool:
+        return train_way(shape) == shape["way"] or cls.scores_any_way(hparams)
 
     def episodes_key(self, shape: Shape) -> Any:
         return shape["train_shot"]
 
     def label(self, shape: Shape) -> str:
-        trained = (f" (trained {shape['train_shot']}-shot)"
-                   if "train_shot" in shape and shape["train_shot"] != shape["shot"] else "")
-        return f"{shape['way']}w{shape['shot']}s{trained}"
+        trained = [f"{shape['train_way']}-way"] if "train_way" in shape else []
+        if "train_shot" in shape and shape["train_shot"] != shape["shot"]:
+            trained.append(f"{shape['train_shot']}-shot")
+        return f"{shape['way']}w{shape['shot']}s" + (f" (trained {' '.join(trained)})"
+                                                      if trained else "")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
         if (test_data.in_channels, test_data.image_size) != (train_data.in_channels,
@@ -77,7 +99,7 @@ class Classification(Task):
         kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
         backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
                                       else (None, {}))  # e.g. "conv4s[width=128]"
-        return build_method(cell.method, way=cell.shape["way"], in_channels=dataset.in_channels,
+        return build_method(cell.method, way=train_way(cell.shape), in_channels=dataset.in_channels,
                             image_size=dataset.image_size, backbone=backbone,
                             backbone_options=backbone_options, kernel=kernel,
                             kernel_options=options, seed=cell.seed, registry=registry,
@@ -85,11 +107,14 @@ class Classification(Task):
 
     def episodes(self, dataset: FewShotDataset, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
-        """Training episodes use ``train_shot`` and ``train_query``; validation episodes are
-        ``train_shot``-shot with the test ``query``; test episodes the test shot and query."""
-        shot = shape["train_shot"] if split in ("train", "val") else shape["shot"]
+        """Training episodes use ``train_way``, ``train_shot`` and ``train_query``; validation
+        episodes are ``train_way``-way ``train_shot``-shot with the test ``query``; test episodes
+        the test way, shot and query."""
+        trained = split in ("train", "val")
+        way = train_way(shape) if trained else shape["way"]
+        shot = shape["train_shot"] if trained else shape["shot"]
         query = shape["train_query"] if training else shape["query"]
-        return EpisodeSampler(dataset, split, shape["way"], shot, query, seed=seed).__getitem__
+        return EpisodeSampler(dataset, split, way, shot, query, seed=seed).__getitem__
 
     def test_episodes(self, dataset: FewShotDataset, shape: Shape, seed: int, count: int
                       ) -> tuple[int, GetEpisode]:
@@ -195,3 +220,8 @@ class Classification(Task):
         from zoo.runner.plots import reliability_diagrams
 
         return reliability_diagrams(report, out)
+
+
+def train_way(shape: Shape) -> int:
+    """The way a cell's model is built and trained for: ``train_way`` if set, else the test way."""
+    return int(shape.get("train_way", shape["way"]))

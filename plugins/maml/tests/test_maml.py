@@ -187,8 +187,8 @@ def test_first_use_of_learn2learn_keeps_the_terminal_clean():
     import subprocess
     import sys
 
-    code = ("import sys, warnings; from zoo_maml import _algorithms; "
-            "print('before', file=sys.stderr); _algorithms(); "
+    code = ("import sys, warnings; from zoo.families.inner_loop import learn2learn_algorithms; "
+            "print('before', file=sys.stderr); learn2learn_algorithms(); "
             "warnings.warn('a real warning'); print('after', file=sys.stderr)")
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stderr

@@ -17,11 +17,7 @@ The inner-loop base, the published settings of each protocol and ``meta_batch`` 
 
 from __future__ import annotations
 
-import contextlib
-import io
-import sys
 from importlib.util import find_spec
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -32,7 +28,12 @@ import zoo
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
 from zoo.errors import check_finite
-from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
+from zoo.families.inner_loop import (
+    DIVERGED,
+    InnerLoopMethod,
+    learn2learn_algorithms,
+    published_with_steps,
+)
 
 if TYPE_CHECKING:
     import learn2learn as l2l
@@ -42,33 +43,6 @@ if find_spec("learn2learn") is None:  # fail at plugin load, with the remedy, no
                       "regenerates its C files: pip install --no-deps learn2learn==0.2.0 "
                       "--config-settings=--build-option=build_ext && pip install gym requests tqdm "
                       "scipy (`make venv` does this)")
-
-
-def _algorithms() -> ModuleType:
-    """``learn2learn.algorithms``, imported on first use (learn2learn imports gym)."""
-    _import_gym_without_its_notice()
-    import learn2learn
-
-    return learn2learn.algorithms
-
-
-def _import_gym_without_its_notice() -> None:
-    """Import gym, dropping the one deprecation notice it prints to stderr on every import (from
-    ``gym_notices``, for gym 0.26); anything else it writes there is passed on."""
-    if "gym" in sys.modules or find_spec("gym") is None:
-        return
-    captured = io.StringIO()
-    with contextlib.redirect_stderr(captured):
-        import gym
-    text = captured.getvalue()
-    try:
-        from gym_notices.notices import notices
-    except ImportError:
-        notices = {}
-    notice = notices.get(getattr(gym, "__version__", None))
-    if notice:
-        text = text.replace(notice + "\n", "", 1)
-    sys.stderr.write(text)
 
 
 def _adapt(learner: l2l.algorithms.BaseLearner, support: Tensor, episode: Episode, steps: int,
@@ -97,7 +71,8 @@ class MAML(InnerLoopMethod):
     def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
         """A fresh clone of backbone + head that ``adapt`` updates without touching the originals."""
         net = nn.Sequential(self.backbone, self.head)
-        return _algorithms().MAML(net, lr=self.hparams["inner_lr"], first_order=first_order).clone()
+        return learn2learn_algorithms().MAML(net, lr=self.hparams["inner_lr"],
+                                             first_order=first_order).clone()
 
     def adapt(self, learner: l2l.algorithms.BaseLearner, episode: Episode, steps: int,
               record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
@@ -142,8 +117,8 @@ class MetaSGD(MAML):
         return nn.Sequential(self.backbone, self.head)
 
     def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
-        return _algorithms().MetaSGD(self._net(), lrs=self.inner_lrs,
-                                      first_order=first_order).clone()
+        return learn2learn_algorithms().MetaSGD(self._net(), lrs=self.inner_lrs,
+                                                first_order=first_order).clone()
 
 
 class ANIL(InnerLoopMethod):
@@ -158,8 +133,8 @@ class ANIL(InnerLoopMethod):
 
     def adapt_head(self, support: Tensor, episode: Episode, first_order: bool, steps: int,
                    record: list[float] | None = None) -> l2l.algorithms.BaseLearner:
-        head = _algorithms().MAML(self.head, lr=self.hparams["inner_lr"],
-                                   first_order=first_order).clone()
+        head = learn2learn_algorithms().MAML(self.head, lr=self.hparams["inner_lr"],
+                                             first_order=first_order).clone()
         return _adapt(head, support, episode, steps, record)
 
     def meta_loss(self, episode: Episode) -> Tensor:

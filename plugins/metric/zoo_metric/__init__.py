@@ -49,6 +49,7 @@ class CosineLinear(nn.Module):
 class PretrainedClassifier(Method):
     """A backbone trained as a plain classifier over the training classes (see the module doc)."""
 
+    any_way = True
     hyperparameters = {"num_classes": HParam(1000, ge=1, doc="rows of the pre-training head: at "
                                              "least the number of training classes")}
 
@@ -130,6 +131,7 @@ class MatchingNet(Method):
     ``scale * cos(f(x), g(x_i))``; ``f`` and ``g`` are the full context embeddings when ``fce``."""
 
     name = "matchingnet"
+    any_way = True
     hyperparameters = {
         "fce": HParam(True, doc="full context embeddings (LSTMs over support and queries)"),
         "scale": HParam(100.0, gt=0, doc="temperature of the cosine attention"),
@@ -195,6 +197,7 @@ class RelationNet(Method):
     """
 
     name = "relationnet"
+    any_way = True
     hyperparameters = {
         "relation_dim": HParam(64, ge=1, doc="filters (or hidden units) of the relation module"),
         "unpooled_blocks": HParam(2, ge=0, doc="last ConvNet blocks without max-pool"),

@@ -19,6 +19,7 @@ class ProtoNet(Method):
     distances from a query to each prototype."""
 
     name = "protonet"
+    any_way = True
 
     def logits(self, episode: Episode) -> Tensor:
         support = self.features(episode.support_x)
