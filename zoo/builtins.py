@@ -8,12 +8,17 @@ from pathlib import Path
 
 from zoo import backbones, baselines, expectations, kernels, tasks
 from zoo.data import DATASETS
-from zoo.data.functions import load_gp_rbf, load_sinusoid
+from zoo.data.completion import load_digits_completion, load_mnist_completion
+from zoo.data.functions import load_affine_sinusoid, load_gp_rbf, load_sinusoid
 from zoo.data.integrands import load_gaussian_cosine, load_genz_oscillatory
+from zoo.data.optimisation import load_branin, load_forrester, load_hartmann3
 from zoo.data.streams import load_digits_stream
 from zoo.hookspecs import hookimpl
 
 GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
+             "affine-sinusoid": load_affine_sinusoid, "forrester": load_forrester,
+             "branin": load_branin, "hartmann3": load_hartmann3,
+             "digits-completion": load_digits_completion, "mnist-completion": load_mnist_completion,
              "gaussian-cosine": load_gaussian_cosine, "genz-oscillatory": load_genz_oscillatory,
              "digits-stream": load_digits_stream}
 

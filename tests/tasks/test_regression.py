@@ -86,3 +86,44 @@ def test_gp_meta_loss_is_the_exact_joint_predictive_nll():
     with torch.no_grad():
         lmlhd = TASK.score(gp.predict(episode), episode)["lmlhd"]
     assert lmlhd == pytest.approx(-loss, abs=0.3)  # MC estimate of the same joint likelihood
+
+
+def test_a_pool_of_training_tasks_cycles_its_functions_in_fresh_orders():
+    shape = {"train_targets": 8, "train_max_context": 8, "train_tasks": 3}
+    get = TASK.episodes(load_sinusoid(), "train", shape, 0, training=True)
+    a, b, again = get(1), get(2), get(4)
+    assert again.info["function_index"] == a.info["function_index"] == 1
+    assert again.info["function"] == a.info["function"] != b.info["function"]
+    assert sorted(again.target_x.flatten().tolist()) == sorted(a.target_x.flatten().tolist())
+    assert not torch.equal(again.target_x, a.target_x)  # the same points, reshuffled
+    fresh = TASK.episodes(load_sinusoid(), "train", shape | {"train_tasks": 0}, 0, training=True)
+    assert fresh(4).info["function"] != fresh(1).info["function"]
+
+
+class Bounded(ConstantGaussian):
+    """A context-blind Gaussian that reports made-up evidence bounds."""
+
+    def evidence_bounds(self, episode, samples):
+        return -3.0 - samples, -1.0
+
+
+def test_evidence_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
+    method = Bounded(x_dim=1, y_dim=1)
+    records = []
+    for seed in (0, 1, 2):
+        get = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2,
+                                                      "bound_samples": 4}, seed, False)
+        for i in range(5):
+            episode = get(i)
+            record = TASK.score(TASK.predict(method, episode), episode) | {"seconds": 0.0}
+            record["lmlhd"] = 10.0 * seed + i  # per-seed medians 2, 12, 22
+            records.append(record)
+    assert records[0]["looseness"] == pytest.approx(6.0) and records[0]["elbo"] == -7.0
+    summary = TASK.summarise(records)
+    assert summary["seeds_pooled"] == 3 and summary["looseness_median"] == pytest.approx(6.0)
+    assert summary["lmlhd_seeds_median"] == pytest.approx(12.0)
+    assert summary["lmlhd_seeds_p05"] == pytest.approx(np.percentile([2, 12, 22], 5))
+    assert TASK.cell_text(summary).startswith("12.0 [3.0, 21.0]") and "loose 6" in \
+        TASK.cell_text(summary)
+    no_bounds = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2}, 0, False)(0)
+    assert "looseness" not in TASK.score(TASK.predict(method, no_bounds), no_bounds)

@@ -127,11 +127,11 @@ def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, ind
     if tasks > 0:
         x, y, params = family.draw(
             torch.Generator().manual_seed(task_seed(seed, family.name, split, targets, function)),
-            targets)
+            targets, split)
         order = torch.randperm(targets, generator=g)
         x, y = x[order], y[order]
     else:
-        x, y, params = family.draw(g, targets)
+        x, y, params = family.draw(g, targets, split)
     if context is None:
         context = int(torch.randint(0, max_context + 1, (), generator=g))
     device = family.device
