@@ -197,7 +197,7 @@ def check_regression_method(name: str, **hparams: Any) -> None:
             first = task.predict(method, episode)
             torch.manual_seed(2)
             again = task.predict(method, episode)
-            bounds = method.evidence_bounds(episode, 64)
+            bounds = method.bounds(episode, 64)
         task.check(first, episode, name)
         assert torch.equal(first.mean, again.mean) and torch.equal(first.var, again.var), \
             f"{at}: predict depends on the global RNG state; draw from " \

@@ -88,26 +88,27 @@ def test_gp_meta_loss_is_the_exact_joint_predictive_nll():
     assert lmlhd == pytest.approx(-loss, abs=0.3)  # MC estimate of the same joint likelihood
 
 
-def test_a_pool_of_training_tasks_cycles_its_functions_in_fresh_orders():
-    shape = {"train_targets": 8, "train_max_context": 8, "train_tasks": 3}
-    get = TASK.episodes(load_sinusoid(), "train", shape, 0, training=True)
-    a, b, again = get(1), get(2), get(4)
-    assert again.info["function_index"] == a.info["function_index"] == 1
-    assert again.info["function"] == a.info["function"] != b.info["function"]
-    assert sorted(again.target_x.flatten().tolist()) == sorted(a.target_x.flatten().tolist())
-    assert not torch.equal(again.target_x, a.target_x)  # the same points, reshuffled
-    fresh = TASK.episodes(load_sinusoid(), "train", shape | {"train_tasks": 0}, 0, training=True)
-    assert fresh(4).info["function"] != fresh(1).info["function"]
+def test_a_pool_of_training_functions_is_revisited_with_fresh_orders_and_contexts():
+    family, shape = load_sinusoid(), {"train_targets": 16, "train_max_context": 15,
+                                      "train_tasks": 4}
+    get = TASK.episodes(family, "train", shape, 0, training=True)
+    a, b = get(1), get(5)
+    assert a.info["task"] == b.info["task"] == 1 and a.info["order"] != b.info["order"]
+    canonical = [e.target_y[torch.argsort(torch.tensor(e.info["order"]))] for e in (a, b)]
+    assert torch.equal(*canonical)  # the same function's points at every visit
+    assert torch.equal(a.context_y, a.target_y[:a.info["context"]])
+    assert len({len(get(i).context_y) for i in range(1, 80, 4)}) > 3
+    assert "train_tasks" not in TASK.shapes(Regression.settings | {"train_tasks": 0})[0]
 
 
 class Bounded(ConstantGaussian):
     """A context-blind Gaussian that reports made-up evidence bounds."""
 
-    def evidence_bounds(self, episode, samples):
+    def bounds(self, episode, samples):
         return -3.0 - samples, -1.0
 
 
-def test_evidence_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
+def test_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
     method = Bounded(x_dim=1, y_dim=1)
     records = []
     for seed in (0, 1, 2):

@@ -71,7 +71,9 @@ class Cell:
 
     def train_config(self) -> dict[str, Any]:
         config = self.config()
-        out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys)}
+        # a kind may leave a train key out of a shape at its default (regression's train_tasks),
+        # so the names of cells trained before the key existed do not change
+        out = {k: config[k] for k in (*self.BASE_TRAIN_KEYS, *self.task.train_keys) if k in config}
         for optional in ("task", "provenance"):
             if optional in config:
                 out[optional] = config[optional]

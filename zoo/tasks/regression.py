@@ -5,10 +5,13 @@ neural-process literature: GMM-NP, Volpp et al. 2023, A.3.3).
 A test task is a pure function of (seed, family, split, number of targets, index): the same task
 at every context size, whose context is its first ``context`` points, so scores pair across
 context sizes and methods. A training (or validation) episode has ``train_targets`` points and a
-context size drawn uniformly from ``0..train_max_context`` by the same seeded generator. With
-``train_tasks = L > 0`` training sees only ``L`` functions (the paper's meta-training set of
-``L = 64`` tasks): episode ``i`` is function ``i mod L`` (``info["function_index"]``), its points
-in a fresh order and with a fresh context size drawn from the episode's own seed.
+context size drawn uniformly from ``0..train_max_context`` by the same seeded generator. By
+default every training episode is a new function; ``train_tasks = L > 0`` trains on a fixed pool
+of ``L`` functions instead (GMM-NP's protocol: 64 tasks of 16 points, Volpp et al. 2023, A.3.2):
+episode ``i`` is function ``i mod L`` (``info["task"]``) with its points in a fresh order
+(``info["order"]``: target ``j`` is the function's point ``order[j]``) and a fresh context size, so a
+method may keep state per function (GMM-NP's per-subtask posteriors) and an amortised one sees new
+context sets at every visit.
 
 A method derives from :class:`RegressionMethod`: ``meta_loss(episode)`` and
 ``predict(episode) -> RegressionPrediction`` (``S`` latent samples of per-target Gaussian means and
@@ -19,7 +22,7 @@ over seeds of each seed's median with the 5%/95% percentiles over seeds (GMM-NP'
 The model is selected by the mean LMLHD of validation episodes.
 
 ELBO looseness (optional capability): with ``bound_samples = S > 0`` a method that implements
-:meth:`RegressionMethod.evidence_bounds` is also asked, on each test episode, for the ELBO and the
+:meth:`RegressionMethod.bounds` is also asked, on each test episode, for the ELBO and the
 importance-weighted bound of ``log p(target_y | target_x, context)`` from ``S`` samples of its
 variational posterior given all targets; records then hold ``elbo``, ``iw_bound`` and
 ``looseness = iw_bound - elbo`` (an estimate of the KL from that posterior to the true one).
@@ -100,7 +103,7 @@ class RegressionMethod(TaskMethod):
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
         """The predictive distribution of ``episode.target_y`` given the context only."""
 
-    def evidence_bounds(self, episode: RegressionEpisode, samples: int
+    def bounds(self, episode: RegressionEpisode, samples: int
                         ) -> tuple[float, float] | None:
         """``(ELBO, importance-weighted bound)`` of the method's ``log p(target_y | target_x,
         context)`` from ``samples`` draws of its posterior given all targets, both computed on the
@@ -116,22 +119,13 @@ def task_seed(seed: int, family: str, split: str, targets: int, index: int) -> i
 
 
 def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,
-                context: int | None, max_context: int = 0, tasks: int = 0,
+                context: int | None, max_context: int = 0,
                 bound_samples: int = 0) -> RegressionEpisode:
-    """The ``index``-th task; ``context=None`` draws its size from ``0..max_context``. With
-    ``tasks = L > 0`` the function is the ``index mod L``-th, its points shuffled by the
-    episode's own seed."""
+    """The ``index``-th task; ``context=None`` draws its size from ``0..max_context``;
+    ``bound_samples``: draws the method's evidence bounds use (0: none)."""
     s = task_seed(seed, family.name, split, targets, index)
     g = torch.Generator().manual_seed(s)
-    function = index % tasks if tasks > 0 else index
-    if tasks > 0:
-        x, y, params = family.draw(
-            torch.Generator().manual_seed(task_seed(seed, family.name, split, targets, function)),
-            targets, split)
-        order = torch.randperm(targets, generator=g)
-        x, y = x[order], y[order]
-    else:
-        x, y, params = family.draw(g, targets, split)
+    x, y, params = family.draw(g, targets, split)
     if context is None:
         context = int(torch.randint(0, max_context + 1, (), generator=g))
     device = family.device
@@ -139,8 +133,23 @@ def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, ind
     return RegressionEpisode(x[:context], y[:context], x, y,
                              info={"dataset": family.name, "split": split, "index": int(index),
                                    "seed": s, "run_seed": int(seed), "context": context,
-                                   "function": params, "function_index": int(function),
-                                   "bound_samples": int(bound_samples)})
+                                   "function": params, "bound_samples": int(bound_samples)})
+
+
+def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,
+                       pool: int, max_context: int) -> RegressionEpisode:
+    """Episode ``index`` of a fixed pool of ``pool`` functions: function ``index mod pool`` (the
+    same points at every visit) in an order and with a context size drawn for this episode."""
+    task = sample_task(family, split, seed, targets, index % pool, 0)
+    s = task_seed(seed, family.name, f"{split}-visit", targets, index)
+    g = torch.Generator().manual_seed(s)
+    order = torch.randperm(targets, generator=g)
+    context = int(torch.randint(0, max_context + 1, (), generator=g))
+    x, y = task.target_x[order.to(task.target_x.device)], task.target_y[order.to(
+        task.target_y.device)]
+    return RegressionEpisode(x[:context], y[:context], x, y,
+                             info=task.info | {"index": int(index), "seed": s, "context": context,
+                                               "task": index % pool, "order": order.tolist()})
 
 
 class Regression(Task):
@@ -180,14 +189,16 @@ class Regression(Task):
         if not 0 <= int(s["train_max_context"]) <= int(s["train_targets"]):
             raise ZooError(f"train_max_context = {s['train_max_context']} must be within "
                            f"0..train_targets = {s['train_targets']}")
-        if int(s["train_tasks"]) < 0 or int(s["bound_samples"]) < 0:
-            raise ZooError(f"train_tasks = {s['train_tasks']} and bound_samples = "
-                           f"{s['bound_samples']} must be >= 0 (0: a fresh function per training "
-                           "episode; no ELBO looseness)")
+        if int(s["train_tasks"]) < 0:
+            raise ZooError(f"train_tasks = {s['train_tasks']} must be >= 0 (0: a new function "
+                           "every training episode; L > 0: a fixed pool of L functions)")
+        if int(s["bound_samples"]) < 0:
+            raise ZooError(f"bound_samples = {s['bound_samples']} must be >= 0 (0: no ELBO "
+                           "looseness; S > 0: bounds from S draws)")
+        pool = {"train_tasks": int(s["train_tasks"])} if int(s["train_tasks"]) else {}
+        bound = {"bound_samples": int(s["bound_samples"])} if int(s["bound_samples"]) else {}
         return [{"context": int(c), "targets": targets, "train_targets": int(s["train_targets"]),
-                 "train_max_context": int(s["train_max_context"]),
-                 "train_tasks": int(s["train_tasks"]), "bound_samples": int(s["bound_samples"])}
-                for c in sizes]
+                 "train_max_context": int(s["train_max_context"])} | pool | bound for c in sizes]
 
     def label(self, shape: Shape) -> str:
         return f"ctx {shape['context']}/{shape['targets']}"
@@ -205,8 +216,10 @@ class Regression(Task):
                  training: bool) -> GetEpisode:
         if split in ("train", "val"):
             n, most = shape["train_targets"], shape["train_max_context"]
-            tasks = shape.get("train_tasks", 0) if split == "train" else 0
-            return lambda i: sample_task(dataset, split, seed, n, i, None, most, tasks)
+            pool = int(shape.get("train_tasks", 0))
+            if split == "train" and pool:
+                return lambda i: sample_pooled_task(dataset, split, seed, n, i, pool, most)
+            return lambda i: sample_task(dataset, split, seed, n, i, None, most)
         bound = shape.get("bound_samples", 0)
         return lambda i: sample_task(dataset, split, seed, shape["targets"], i, shape["context"],
                                      bound_samples=bound)
@@ -214,7 +227,7 @@ class Regression(Task):
     def predict(self, method: RegressionMethod, episode: RegressionEpisode) -> RegressionPrediction:
         prediction = method.predict(episode)
         samples = int(episode.info.get("bound_samples", 0))
-        bounds = method.evidence_bounds(episode, samples) if samples else None
+        bounds = method.bounds(episode, samples) if samples else None
         if bounds is not None:
             prediction.extras["elbo"], prediction.extras["iw_bound"] = map(float, bounds)
         return prediction

@@ -1,5 +1,5 @@
 """The ELBO of the latent models (GMM-NP eq. 5): the training loss (closed-form KL) and the
-Monte Carlo ELBO of :meth:`evidence_bounds` are the same quantity; ``ELBO <= IW bound``; the KL
+Monte Carlo ELBO of :meth:`bounds` are the same quantity; ``ELBO <= IW bound``; the KL
 vanishes when the context is all of the targets; observation stds respect their lower bound."""
 
 import pytest
@@ -19,8 +19,8 @@ def test_training_elbo_equals_the_monte_carlo_elbo_and_lies_below_the_iw_bound(c
     episode = sample_task(load_sinusoid(), "test", 0, 10, 1, 3)
     with torch.no_grad():
         elbo_closed_kl = -float(method.meta_loss(episode)) * 10
-        elbo, iw = method.evidence_bounds(episode, 20000)
-        small_elbo, small_iw = method.evidence_bounds(episode, 8)
+        elbo, iw = method.bounds(episode, 20000)
+        small_elbo, small_iw = method.bounds(episode, 8)
     assert elbo == pytest.approx(elbo_closed_kl, abs=0.05)
     assert elbo <= iw and small_elbo <= small_iw
     assert iw >= small_iw - 0.05  # the IW bound tightens with more draws (in expectation)

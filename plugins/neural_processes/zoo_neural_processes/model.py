@@ -21,7 +21,7 @@ r*, r*)`` (Lee et al. 2020, eq. 9), ``K = train_samples``. Losses are per target
 
 Prediction: ``samples`` draws of ``z ~ q(z | C)`` (or bootstrap contexts), from a generator seeded
 by the episode, each giving per-target Gaussians: a :class:`RegressionPrediction`. Latent models
-also give :meth:`evidence_bounds`: with proposal ``q(z | D)`` and prior ``q(z | C)``, the ELBO and
+also give :meth:`bounds`: with proposal ``q(z | D)`` and prior ``q(z | C)``, the ELBO and
 the importance-weighted bound (Burda et al. 2016) of ``log p(y_D | x_D, C)`` on the same draws.
 """
 
@@ -167,7 +167,7 @@ class NeuralProcess(RegressionMethod):
         eps = torch.randn((samples, normal.loc.shape[-1]), generator=generator)
         return normal.loc[0] + normal.scale[0] * eps.to(normal.loc.device)
 
-    def evidence_bounds(self, episode: RegressionEpisode, samples: int
+    def bounds(self, episode: RegressionEpisode, samples: int
                         ) -> tuple[float, float] | None:
         """ELBO and IW bound of ``log p(y_D | x_D, C)``, proposal ``q(z|D)``, prior ``q(z|C)``;
         ``None`` for bootstrap models (no variational posterior)."""
