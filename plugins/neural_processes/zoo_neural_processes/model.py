@@ -17,7 +17,7 @@ targets ``D`` (which include the context ``C``)::
 
 with reparameterised draws (``train_samples``); the KL is closed form. Bootstrap models maximise
 ``log (1/K) sum_k prod_n p(y_n | x_n, r*, r^_k)`` plus the base model's ``sum_n log p(y_n | x_n,
-r*, r*)`` (Lee et al. 2020, eq. 9), ``K = train_samples``. Losses are per target point.
+r*, r*)`` (Lee et al. 2020, Sec. 3), ``K = train_samples``. Losses are per target point.
 
 Prediction: ``samples`` draws of ``z ~ q(z | C)`` (or bootstrap contexts), from a generator seeded
 by the episode, each giving per-target Gaussians: a :class:`RegressionPrediction`. Latent models
