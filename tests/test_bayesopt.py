@@ -34,7 +34,7 @@ def test_thompson_sampling_regret_is_monotone_seeded_and_beats_random_search():
 
 @pytest.mark.slow
 def test_the_suite_entry_trains_a_surrogate_and_writes_curves_and_a_plot(tmp_path):
-    settings = {"functions": ["forrester"], "methods": ["gp", "not-a-method"], "seed": 0,
+    settings = {"functions": ["forrester"], "surrogates": ["gp", "not-a-method"], "seed": 0,
                 "tasks": 2, "iterations": 3, "initial": 1, "candidates": 50,
                 "train_episodes": 4, "train_tasks": 4, "train_targets": 8,
                 "train_max_context": 7, "val_episodes": 2, "val_every": 2,

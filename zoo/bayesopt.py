@@ -2,7 +2,7 @@
 (Volpp et al. 2023, Sec. 5, Figs. 4, 7, 8), run as the ``np-bo`` suite (``zoo bench np-bo``).
 
 For every function family (``forrester``, ``branin``, ``hartmann3``: :mod:`zoo.data.optimisation`)
-and every regression method named in the settings:
+and every regression method in ``surrogates`` (a method not registered is skipped with a warning):
 
 1. meta-train the method on the family with the runner's own training (:func:`train_model`:
    ``train_tasks`` functions of ``train_targets`` points, validation-selected checkpoint), into
@@ -110,7 +110,7 @@ def run(out: Path, data_dir: str | None, device: str, settings: Mapping[str, Any
         tasks = [sample_task(family, "test", int(settings["seed"]), 1, i, 0).info["function"]
                  for i in range(int(settings["tasks"]))]
         results[name] = {}
-        for method in [RANDOM, *settings["methods"]]:
+        for method in [RANDOM, *settings["surrogates"]]:
             if method != RANDOM and method not in known:
                 log.warning("np-bo: method %r is not registered; skipped", method)
                 continue
