@@ -1,0 +1,151 @@
+"""GMM-NP against closed forms: a linear-Gaussian decoder with a Gaussian-mixture prior has a
+Gaussian-mixture posterior and an analytic evidence; bounds, LMLHD, training state, conformance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.distributions import MultivariateNormal
+from zoo_gmm_np import GMMNP, trng
+from zoo_gmm_np.gmm import GMM
+
+from zoo.data.functions import load_sinusoid
+from zoo.tasks.regression import Regression, sample_task
+from zoo.testing import check_task
+
+D = torch.float64
+SIGMA = 0.5
+
+
+def linear_posterior(prior: GMM, a: torch.Tensor, y: torch.Tensor) -> tuple[GMM, float]:
+    """Exact posterior of ``z ~ prior``, ``y ~ N(A z, sigma^2 I)``, and ``log Z``."""
+    prec = prior.prec[0] + a.T @ a / SIGMA**2
+    lin = (prior.prec[0] @ prior.mean[0, :, :, None])[..., 0] + a.T @ y / SIGMA**2
+    mean = torch.linalg.solve(prec, lin)
+    cov = torch.linalg.inv(prior.prec[0])
+    evidence = MultivariateNormal(prior.mean[0] @ a.T,
+                                  SIGMA**2 * torch.eye(len(y), dtype=D) + a @ cov @ a.T)
+    joint = prior.log_w[0] + evidence.log_prob(y)
+    return GMM(torch.log_softmax(joint, -1)[None], mean[None], prec[None]), float(
+        torch.logsumexp(joint, -1))
+
+
+def linear_target(prior: GMM, a: torch.Tensor, y: torch.Tensor) -> trng.LogTarget:
+    like = lambda z: MultivariateNormal(z @ a.T, SIGMA**2 * torch.eye(len(y), dtype=D)  # noqa: E731
+                                        ).log_prob(y)
+    return lambda z: like(z) + prior.log_prob(z)
+
+
+def elbo(q: GMM, log_target: trng.LogTarget, n: int = 20000) -> float:
+    z = q.mixture.sample((n,))
+    return float((log_target(z) - q.log_prob(z)).mean())
+
+
+def test_trng_recovers_the_exact_mixture_posterior_of_a_linear_gaussian_decoder():
+    torch.manual_seed(0)
+    prior = GMM.standard(torch.tensor([[-3.0, 0.0], [3.0, 0.5]], dtype=D))
+    a = torch.tensor([[0.2, 1.0], [0.1, 0.9], [0.3, -0.2]], dtype=D)
+    y = torch.tensor([0.2, 0.1, 0.3], dtype=D)
+    exact, log_z = linear_posterior(prior, a, y)
+    assert float(exact.log_w.exp().min()) > 0.1  # both components matter
+    target = linear_target(prior, a, y)
+    q, failures = trng.fit(prior, target, trng.TRNGConfig(kl_bound=0.1, samples=8192), 60)
+    assert failures == 0
+    torch.testing.assert_close(q.log_w.exp(), exact.log_w.exp(), atol=0.02, rtol=0)
+    torch.testing.assert_close(q.mean, exact.mean, atol=0.03, rtol=0)
+    torch.testing.assert_close(torch.linalg.inv(q.prec), torch.linalg.inv(exact.prec), atol=0.01,
+                               rtol=0.05)
+    assert abs(elbo(q, target) - log_z) < 0.01  # ELBO reaches log Z
+
+
+def test_a_diagonal_single_gaussian_leaves_a_gap_on_a_correlated_posterior():
+    torch.manual_seed(1)
+    prior = GMM.standard(torch.zeros(1, 2, dtype=D))
+    a = torch.tensor([[1.0, 1.0], [1.0, 1.3]], dtype=D)
+    y = torch.tensor([1.0, 0.5], dtype=D)
+    _, log_z = linear_posterior(prior, a, y)
+    target = linear_target(prior, a, y)
+    gaps = {}
+    for diagonal in (False, True):
+        config = trng.TRNGConfig(kl_bound=0.1, samples=4096, diagonal=diagonal)
+        q, _ = trng.fit(prior, target, config, 60)
+        gaps[diagonal] = log_z - elbo(q, target)
+        if diagonal:
+            assert q.prec[0, 0, 0, 1] == 0
+    assert abs(gaps[False]) < 0.01 and gaps[True] > 0.3
+
+
+def linear_gmm_np(**hparams) -> GMMNP:
+    """GMM-NP with a linear decoder ``y = w_x x + w_z . z + b`` (its MLP replaced by one layer)."""
+    torch.manual_seed(0)
+    m = GMMNP(x_dim=1, y_dim=1, latent_dim=2, components=2, noise="fixed", noise_std=SIGMA,
+              **hparams)
+    m.decoder = nn.Sequential(nn.Linear(3, 1))
+    with torch.no_grad():
+        m.decoder[0].weight.copy_(torch.tensor([[0.5, 1.0, -0.7]]))
+        m.decoder[0].bias.fill_(0.2)
+    return m
+
+
+def test_elbo_below_importance_weighted_bound_below_log_z():
+    m = linear_gmm_np(kl_bound=0.05, test_trng_steps=15, trng_samples=256)
+    episode = sample_task(load_sinusoid(), "test", 0, 6, 0, 0)
+    x, y = episode.target_x.double(), episode.target_y.double()[:, 0]
+    w = m.decoder[0].weight.detach().double()
+    a = w[:, 1:].expand(len(x), -1)
+    _, log_z = linear_posterior(m.prior(), a, y - w[0, 0] * x[:, 0] - 0.2)
+    b = m.bounds(episode, samples=4096)
+    assert b.elbo < b.iw < log_z + 0.02
+    assert log_z - b.iw < log_z - b.elbo  # the importance-weighted bound is tighter
+
+
+def test_lmlhd_is_the_exact_gaussian_log_likelihood_when_the_decoder_ignores_z():
+    m = linear_gmm_np(test_trng_steps=2, predict_samples=64)
+    with torch.no_grad():
+        m.decoder[0].weight[:, 1:] = 0
+    episode = sample_task(load_sinusoid(), "test", 0, 784, 0, 4)
+    far = type(episode)(episode.context_x, episode.context_y + 40, episode.target_x,
+                        episode.target_y + 40, episode.info)  # ~ -5e6: no underflow
+    record = Regression().score(m.predict(far), far)
+    mean = 0.5 * far.target_x.double() + 0.2
+    exact = torch.distributions.Normal(mean, SIGMA).log_prob(far.target_y.double()).sum()
+    assert math.isfinite(record["lmlhd"]) and record["lmlhd"] < -1e5
+    assert abs(record["lmlhd"] - float(exact)) < 1e-6 * abs(float(exact))
+
+
+def test_parameter_counts_match_the_paper_tables():
+    for hidden, dz, theta, phi in ((8, 3, 121, 39), (44, 4, 2289, 59)):
+        m = GMMNP(x_dim=1, y_dim=1, hidden=hidden, latent_dim=dz, components=4)
+        assert sum(p.numel() for p in m.decoder.parameters()) == theta
+        assert m.prior().parameter_count() == phi
+
+
+def test_training_keeps_one_posterior_per_subtask_of_a_pooled_function_and_resumes_them():
+    torch.manual_seed(0)
+    m = GMMNP(x_dim=1, y_dim=1, subtasks=8, trng_samples=32, decoder_samples=4)
+    get = Regression().episodes(load_sinusoid(), "train", {"train_targets": 16,
+                                                           "train_max_context": 15,
+                                                           "train_tasks": 2}, 0, training=True)
+    for i in range(4):
+        m.meta_loss(get(i)).backward()
+    assert sorted(m.posteriors) == ["sinusoid/0", "sinusoid/1"]
+    assert m.posteriors["sinusoid/0"].mean.shape == (8, 4, 3)
+    assert m.counters()["trng_component_steps"] == 4 * 8 * 4
+    assert m.prior_means.grad is None and m.decoder[0].weight.grad is not None
+    again = GMMNP(x_dim=1, y_dim=1, subtasks=8)
+    again.load_state_dict(m.state_dict())
+    torch.testing.assert_close(again.posteriors["sinusoid/1"].prec, m.posteriors["sinusoid/1"].prec)
+
+
+def test_subtasks_cycle_through_every_size():
+    masks = GMMNP(x_dim=1, y_dim=1).subtask_masks(16, seed=3)
+    assert masks.shape == (32, 16)
+    assert sorted(masks.sum(1).tolist()) == sorted(list(range(1, 17)) * 2)
+
+
+@pytest.mark.slow  # ~10 s: the paper's 1000 test-time TRNG steps
+def test_gmm_np_conforms_to_the_regression_task_kind():
+    check_task("regression", "gmm-np", "sinusoid", context_sizes=[4])

@@ -1,0 +1,101 @@
+"""Gaussian mixtures batched over tasks: the variational family and the prior of GMM-NP.
+
+``q(z) = sum_k w_k N(z | mu_k, Lambda_k^{-1})`` (Volpp et al. 2023, Eq. 7) for ``T`` tasks at once:
+``log_w [T, K]``, ``mean [T, K, d]``, ``prec [T, K, d, d]`` (precisions: the natural-gradient update
+acts on them, Eq. 8a). Densities and draws are :mod:`torch.distributions`'; the one addition is
+the per-component draw the Stein estimates need, laid out ``[S, K, T, d]`` (sample, component it
+came from, task) so that the mixture density broadcasts over the components it is evaluated at.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from torch import Tensor
+from torch.distributions import Categorical, MixtureSameFamily, MultivariateNormal
+
+
+@dataclass(frozen=True)
+class GMM:
+    """``T`` mixtures of ``K`` full-covariance Gaussians in ``R^d`` (a diagonal family keeps
+    ``prec`` diagonal)."""
+
+    log_w: Tensor
+    mean: Tensor
+    prec: Tensor
+
+    @classmethod
+    def standard(cls, means: Tensor, tasks: int = 1) -> GMM:
+        """Equal weights, identity covariances at ``means [K, d]`` (the prior of Arenz et al.
+        2022 that GMM-NP uses, A.1.2), repeated for ``tasks`` tasks."""
+        k, d = means.shape
+        eye = torch.eye(d, dtype=means.dtype, device=means.device)
+        return cls(torch.full((tasks, k), -torch.log(torch.tensor(float(k))).item(),
+                              dtype=means.dtype, device=means.device),
+                   means.expand(tasks, k, d).clone(), eye.expand(tasks, k, d, d).clone())
+
+    @property
+    def tasks(self) -> int:
+        return self.log_w.shape[0]
+
+    @cached_property
+    def components(self) -> MultivariateNormal:
+        """The ``[T, K]`` batch of components."""
+        return MultivariateNormal(self.mean, precision_matrix=self.prec, validate_args=False)
+
+    @cached_property
+    def mixture(self) -> MixtureSameFamily:
+        """The ``[T]`` batch of mixtures."""
+        return MixtureSameFamily(Categorical(logits=self.log_w, validate_args=False),
+                                 self.components, validate_args=False)
+
+    def sample_components(self, n: int) -> Tensor:
+        """``n`` draws from every component: ``[n, K, T, d]``."""
+        return self.components.sample((n,)).movedim(2, 1)
+
+    def log_prob(self, z: Tensor) -> Tensor:
+        """``log q(z)`` of every task's mixture at ``z [..., T, d]``: ``[..., T]``."""
+        return self.mixture.log_prob(z)
+
+    def log_prob_and_score(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """``log q(z)`` and its gradient ``-sum_k q(k|z) Lambda_k (z - mu_k)`` at ``z [..., T, d]``
+        (``[..., T]``, ``[..., T, d]``), without autograd: the TRNG step needs the gradient of
+        the mixture at every draw. Both come from one product ``Lambda_k (z - mu_k)``, so the
+        component densities are written out here (the tests check them against
+        :attr:`mixture`'s ``log_prob``)."""
+        diff = z[..., None, :] - self.mean  # [..., T, K, d]
+        pulled = torch.einsum("...kij,...kj->...ki", self.prec, diff)  # a batched matmul
+        log_det = 2 * torch.log(torch.diagonal(torch.linalg.cholesky(self.prec), dim1=-2,
+                                               dim2=-1)).sum(-1)
+        d = z.shape[-1]
+        joint = (torch.log_softmax(self.log_w, -1) + 0.5 * (log_det - d * math.log(2 * math.pi))
+                 - 0.5 * (diff * pulled).sum(-1))
+        total = torch.logsumexp(joint, -1)
+        resp = torch.exp(joint - total[..., None])
+        return total, -(resp[..., None] * pulled).sum(-2)
+
+    def select(self, index: Tensor | slice) -> GMM:
+        return GMM(self.log_w[index], self.mean[index], self.prec[index])
+
+    def where(self, keep: Tensor, other: GMM) -> GMM:
+        """Per (task, component): this mixture's component where ``keep [T, K]``, else
+        ``other``'s (weights are taken from this mixture)."""
+        return GMM(self.log_w, torch.where(keep[..., None], self.mean, other.mean),
+                   torch.where(keep[..., None, None], self.prec, other.prec))
+
+    def detach(self) -> GMM:
+        return GMM(self.log_w.detach(), self.mean.detach(), self.prec.detach())
+
+    @staticmethod
+    def cat(parts: list[GMM]) -> GMM:
+        return GMM(torch.cat([p.log_w for p in parts]), torch.cat([p.mean for p in parts]),
+                   torch.cat([p.prec for p in parts]))
+
+    def parameter_count(self, diagonal: bool = False) -> int:
+        """Free variational parameters per task: ``(K-1) + K d + K d (d+1)/2`` (``K d`` for the
+        covariances of a diagonal family): 39 for K = 4, d = 3 (GMM-NP, Table 2)."""
+        k, d = self.mean.shape[-2:]
+        return (k - 1) + k * d + k * (d if diagonal else d * (d + 1) // 2)
