@@ -28,3 +28,12 @@ def test_np_quick_runs_every_regression_method_and_np_bo_every_function():
     assert {c.method for c in cells} == regression
     assert {c.train_dataset for c in cells} == {"sinusoid", "gp-rbf"}
     assert load_suite("np-bo").entry_settings["functions"] == ["forrester", "branin", "hartmann3"]
+
+
+def test_np_paper_ablation_parts_are_rows_of_gmm_np_alone():
+    cells = expand_cells(load_suite("np-paper"), ["ma-np", "gmm-np"])
+    rows = {(c.method, c.variant) for c in cells}
+    assert rows == {("ma-np", ""), ("gmm-np", ""), ("gmm-np", "trng-diag-k1"),
+                    ("gmm-np", "trng-full-k1"), ("gmm-np", "ibayes-gmm")}
+    diag = next(c for c in cells if c.variant == "trng-diag-k1")
+    assert (diag.hparams["covariance"], diag.hparams["components"]) == ("diag", 1)

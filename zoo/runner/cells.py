@@ -137,6 +137,8 @@ def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> 
 def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                 registry: Any) -> list[Cell]:
     task = registry.get("tasks", s["task"])
+    if s["methods"] != "*":  # a part may name its own methods (an ablation of one of them)
+        methods = [m for m in methods if m in s["methods"]]
     owned = {m: set(registry.get("methods", m).all_defaults()) for m in methods}
     unknown = sorted(set(s["hparams"]) - set().union(*owned.values()))
     if unknown:
