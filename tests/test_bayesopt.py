@@ -38,7 +38,7 @@ def test_the_suite_entry_trains_a_surrogate_and_writes_curves_and_a_plot(tmp_pat
                 "tasks": 2, "iterations": 3, "initial": 1, "candidates": 50,
                 "train_episodes": 4, "train_tasks": 4, "train_targets": 8,
                 "train_max_context": 7, "val_episodes": 2, "val_every": 2,
-                "hparams": {"samples": 2}}
+                "hparams": {"samples": 2, "test_trng_steps": 3}}
     payload = run(tmp_path, None, "cpu", settings)
     assert set(payload["regret"]["forrester"]) == {"random", "gp"}
     saved = json.loads((tmp_path / "bo.json").read_text())

@@ -47,16 +47,19 @@ RANDOM = "random"
 
 def train_surrogate(method: str, family: str, out: Path, settings: Mapping[str, Any],
                     data_dir: str | None, device: str, registry: Any) -> torch.nn.Module:
-    """``method`` meta-trained on ``family`` by the runner (resumed or loaded from ``out``)."""
+    """``method`` meta-trained on ``family`` by the runner (resumed or loaded from ``out``), with
+    the entries of ``settings["hparams"]`` that it declares."""
     from zoo.runner.cells import expand_cells
     from zoo.runner.suite import suite_from_dict
     from zoo.runner.train import train_model
 
+    declared = registry.get("methods", method).all_hparams()
     suite = suite_from_dict("np-bo-training", {"suite": {
         "task": "regression", "methods": [method], "train_datasets": [family],
         "seeds": [int(settings["seed"])], "context_sizes": [0],
+        "hparams": {k: v for k, v in settings["hparams"].items() if k in declared},
         **{k: settings[k] for k in ("train_episodes", "train_tasks", "train_targets",
-                                     "train_max_context", "val_episodes", "val_every", "hparams")}},
+                                     "train_max_context", "val_episodes", "val_every")}},
     }, "zoo.bayesopt", registry)
     cell = expand_cells(suite, [method], registry)[0]
     dataset = registry.get("datasets", family)(data_dir=data_dir).to(device)
