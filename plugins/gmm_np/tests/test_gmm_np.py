@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 from torch.distributions import MultivariateNormal
-from zoo_gmm_np import GMMNP, trng
+from zoo_gmm_np import GMMNP, VARIANTS, trng
 from zoo_gmm_np.gmm import GMM
 
 from zoo.data.functions import load_sinusoid
@@ -149,3 +149,32 @@ def test_subtasks_cycle_through_every_size():
 @pytest.mark.slow  # ~10 s: the paper's 1000 test-time TRNG steps
 def test_gmm_np_conforms_to_the_regression_task_kind():
     check_task("regression", "gmm-np", "sinusoid", context_sizes=[4])
+
+
+def test_a_masked_point_is_not_observed_so_padded_contexts_can_be_fitted_together():
+    m = GMMNP(x_dim=1, y_dim=1, test_trng_steps=3, trng_samples=16)
+    x, y = torch.randn(2, 5, 1), torch.randn(2, 5, 1)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    torch.manual_seed(0)
+    padded = m.fit(x, y, mask)
+    torch.manual_seed(0)
+    alone = m.fit(x[:, :3], y[:, :3])
+    torch.manual_seed(0)
+    full = m.fit(x, y)
+    torch.testing.assert_close(padded.select(slice(0, 1)).mean, alone.select(slice(0, 1)).mean)
+    torch.testing.assert_close(padded.select(slice(1, 2)).mean, full.select(slice(1, 2)).mean)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_ablation_variant_trains_and_predicts(variant):
+    torch.manual_seed(0)
+    m = GMMNP(x_dim=1, y_dim=1, subtasks=4, trng_samples=16, decoder_samples=4,
+              test_trng_steps=3, predict_samples=8, **VARIANTS[variant])
+    episode = sample_task(load_sinusoid(), "train", 0, 16, 0, 5)
+    loss = m.meta_loss(episode)
+    loss.backward()
+    assert torch.isfinite(loss) and m.counters()["trng_failed_steps"] == 0
+    Regression().check(m.predict(episode), episode, variant)
+    if VARIANTS[variant].get("covariance") == "diag":
+        q = m.posterior(episode.context_x, episode.context_y)
+        assert torch.equal(q.prec, torch.diag_embed(torch.diagonal(q.prec, dim1=-2, dim2=-1)))

@@ -33,13 +33,8 @@ class GMM:
         2022 that GMM-NP uses, A.1.2), repeated for ``tasks`` tasks."""
         k, d = means.shape
         eye = torch.eye(d, dtype=means.dtype, device=means.device)
-        return cls(torch.full((tasks, k), -torch.log(torch.tensor(float(k))).item(),
-                              dtype=means.dtype, device=means.device),
+        return cls(torch.full((tasks, k), -math.log(k), dtype=means.dtype, device=means.device),
                    means.expand(tasks, k, d).clone(), eye.expand(tasks, k, d, d).clone())
-
-    @property
-    def tasks(self) -> int:
-        return self.log_w.shape[0]
 
     @cached_property
     def components(self) -> MultivariateNormal:
@@ -88,11 +83,6 @@ class GMM:
 
     def detach(self) -> GMM:
         return GMM(self.log_w.detach(), self.mean.detach(), self.prec.detach())
-
-    @staticmethod
-    def cat(parts: list[GMM]) -> GMM:
-        return GMM(torch.cat([p.log_w for p in parts]), torch.cat([p.mean for p in parts]),
-                   torch.cat([p.prec for p in parts]))
 
     def parameter_count(self, diagonal: bool = False) -> int:
         """Free variational parameters per task: ``(K-1) + K d + K d (d+1)/2`` (``K d`` for the

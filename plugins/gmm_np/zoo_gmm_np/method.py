@@ -38,6 +38,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import torch
@@ -61,6 +63,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
 ``{variant = NAME, hparams = VARIANTS[NAME]}``."""
 
 PREDICT_SALT, BOUNDS_SALT, SUBTASK_SALT = 1, 2, 3
+
+
+@contextmanager
+def seeded(episode: RegressionEpisode, salt: int) -> Iterator[None]:
+    """The global generators (the CPU's, and the episode's device's) seeded by the episode for
+    the block and restored after it, so that a prediction is a function of weights and episode."""
+    device = episode.target_x.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(draw_seed(episode, salt))
+        yield
 
 
 class Bounds(NamedTuple):
@@ -126,7 +138,7 @@ class GMMNP(RegressionMethod):
     def noise_std(self) -> Tensor:
         floor = self.hparams["noise_std"]
         return floor + F.softplus(self.raw_noise) if self.hparams["noise"] == "learned" else \
-            torch.tensor(float(floor))
+            self.raw_noise.new_tensor(float(floor))
 
     def decode(self, x: Tensor, z: Tensor) -> Tensor:
         """Means ``[..., T, N, dy]`` at ``x [T, N, dx]`` for latents ``z [..., T, dz]``: the MLP on
@@ -151,7 +163,8 @@ class GMMNP(RegressionMethod):
     def fit(self, x: Tensor, y: Tensor, mask: Tensor | None = None, steps: int | None = None,
             prior: GMM | None = None) -> GMM:
         """Posteriors of ``T`` tasks (``x [T, N, dx]``, ``y [T, N, dy]``, ``mask [T, N]``: which
-        points are observed), fitted together from copies of the prior."""
+        points are observed), fitted together from copies of ``prior`` (one mixture, default
+        ``p(z)``), which is also their prior."""
         steps = self.hparams["test_trng_steps"] if steps is None else steps
         mask = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device) if mask is None else \
             mask.to(x.dtype)
@@ -221,8 +234,7 @@ class GMMNP(RegressionMethod):
     # -- prediction ------------------------------------------------------------------------------
 
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(draw_seed(episode, PREDICT_SALT))
+        with seeded(episode, PREDICT_SALT):
             q = self.posterior(episode.context_x, episode.context_y)
             z = q.mixture.sample((self.hparams["predict_samples"],))[:, 0]  # [S, d]
         with torch.no_grad():
@@ -236,8 +248,7 @@ class GMMNP(RegressionMethod):
         empty context ``q(z|context) = p(z)``); ``iw >= elbo`` and ``iw - elbo`` estimates
         ``KL(q(z|targets) || posterior)`` (the paper's ELBO looseness, A.3.3)."""
         x, y = episode.target_x, episode.target_y
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(draw_seed(episode, BOUNDS_SALT))
+        with seeded(episode, BOUNDS_SALT):
             prior = self.posterior(episode.context_x, episode.context_y)
             proposal = self.fit(x[None], y[None], prior=prior)
             z = proposal.mixture.sample((samples,))  # [S, 1, d]
