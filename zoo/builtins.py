@@ -10,7 +10,8 @@ from zoo import backbones, baselines, expectations, kernels, stein_kernels, task
 from zoo.control_variates import gaussian as cv_estimators
 from zoo.control_variates import methods as cv_methods
 from zoo.data import DATASETS
-from zoo.data.functions import load_gp_rbf, load_sinusoid
+from zoo.data.completion import load_digits_completion, load_mnist_completion
+from zoo.data.functions import load_affine_sinusoid, load_gp_rbf, load_sinusoid
 from zoo.data.integrands import (
     load_borehole,
     load_bvp,
@@ -19,10 +20,14 @@ from zoo.data.integrands import (
     load_south,
     load_step,
 )
+from zoo.data.optimisation import load_branin, load_forrester, load_hartmann3
 from zoo.data.streams import load_digits_stream, load_mnist_stream
 from zoo.hookspecs import hookimpl
 
 GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
+             "affine-sinusoid": load_affine_sinusoid, "forrester": load_forrester,
+             "branin": load_branin, "hartmann3": load_hartmann3,
+             "digits-completion": load_digits_completion, "mnist-completion": load_mnist_completion,
              "gaussian-cosine": load_gaussian_cosine, "genz-oscillatory": load_genz_oscillatory,
              "south": load_south, "step": load_step, "borehole": load_borehole, "bvp": load_bvp,
              "digits-stream": load_digits_stream, "mnist-stream": load_mnist_stream}

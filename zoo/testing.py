@@ -13,6 +13,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 - :func:`check_task`: a task kind with one of its methods on one data set: episodes that are a
   function of their coordinates, an admissible prediction, a JSON record, a summary and a finite
   selection value from the kind's own functions.
+- :func:`check_regression_method`: a regression method at context sizes 0, 1 and 5: a finite
+  ``meta_loss`` that reaches its parameters, an admissible prediction that does not depend on the
+  global RNG, and, where it has evidence bounds, ``ELBO <= IW bound`` (exact on shared draws).
 
 Fixtures: :func:`toy_episode` (class-dependent images), :func:`tiny_episode` (four-feature
 vectors, float64), :func:`line_episode` (one feature), :func:`softmax_marginals` and the reference
@@ -183,6 +186,45 @@ def _check_any_way(name: str, settings, **hparams: Any) -> None:
     assert probs.shape == (episode.query_y.numel(), way) and torch.isfinite(probs).all(), \
         f"{name}: built {built}-way, it gave probs of shape {tuple(probs.shape)} for a {way}-way " \
         "episode; set any_way = False on the class if its parameters depend on the way"
+
+
+def check_regression_method(name: str, **hparams: Any) -> None:
+    """The regression-method conformance suite (see the module docstring), 1-d sinusoids, CPU."""
+    from zoo.data.functions import load_sinusoid
+    from zoo.plugins import registry
+    from zoo.tasks.regression import Regression, sample_task
+
+    task = Regression()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        method = registry().get("methods", name)(x_dim=1, y_dim=1, **hparams)
+    for context in (0, 1, 5):
+        episode = sample_task(load_sinusoid(), "test", 0, 12, 0, context)
+        at = f"{name} (context {context})"
+        method.train()
+        method.zero_grad()
+        loss = method.meta_loss(episode)
+        assert loss.ndim == 0 and torch.isfinite(loss), \
+            f"{at}: meta_loss is {loss}; return a finite scalar tensor"
+        loss.backward()
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in method.parameters()), \
+            f"{at}: meta_loss does not back-propagate into the method's parameters"
+        method.eval()
+        with torch.no_grad():
+            torch.manual_seed(1)
+            first = task.predict(method, episode)
+            torch.manual_seed(2)
+            again = task.predict(method, episode)
+            bounds = method.bounds(episode, 64)
+        task.check(first, episode, name)
+        assert torch.equal(first.mean, again.mean) and torch.equal(first.var, again.var), \
+            f"{at}: predict depends on the global RNG state; draw from " \
+            "zoo.method.episode_generator(episode)"
+        if bounds is not None:
+            elbo, iw = bounds
+            assert math.isfinite(elbo) and elbo <= iw + 1e-6, \
+                f"{at}: ELBO {elbo} above the importance-weighted bound {iw}; compute both on " \
+                "the same draws (the IW bound is their log-mean-exp, the ELBO their mean)"
 
 
 # -- kernels ---------------------------------------------------------------------------------------

@@ -99,3 +99,32 @@ def test_a_pool_of_training_functions_is_revisited_with_fresh_orders_and_context
     assert torch.equal(a.context_y, a.target_y[:a.info["context"]])
     assert len({len(get(i).context_y) for i in range(1, 80, 4)}) > 3
     assert "train_tasks" not in TASK.shapes(Regression.settings | {"train_tasks": 0})[0]
+
+
+class Bounded(ConstantGaussian):
+    """A context-blind Gaussian that reports made-up evidence bounds."""
+
+    def bounds(self, episode, samples):
+        return -3.0 - samples, -1.0
+
+
+def test_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
+    method = Bounded(x_dim=1, y_dim=1)
+    records = []
+    for seed in (0, 1, 2):
+        get = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2,
+                                                      "bound_samples": 4}, seed, False)
+        for i in range(5):
+            episode = get(i)
+            record = TASK.score(TASK.predict(method, episode), episode) | {"seconds": 0.0}
+            record["lmlhd"] = 10.0 * seed + i  # per-seed medians 2, 12, 22
+            records.append(record)
+    assert records[0]["looseness"] == pytest.approx(6.0) and records[0]["elbo"] == -7.0
+    summary = TASK.summarise(records)
+    assert summary["seeds_pooled"] == 3 and summary["looseness_median"] == pytest.approx(6.0)
+    assert summary["lmlhd_seeds_median"] == pytest.approx(12.0)
+    assert summary["lmlhd_seeds_p05"] == pytest.approx(np.percentile([2, 12, 22], 5))
+    assert TASK.cell_text(summary).startswith("12.0 [3.0, 21.0]") and "loose 6" in \
+        TASK.cell_text(summary)
+    no_bounds = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2}, 0, False)(0)
+    assert "looseness" not in TASK.score(TASK.predict(method, no_bounds), no_bounds)

@@ -26,7 +26,8 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
 
     [[part]]                     # optional: each part overrides [suite] settings for its cells;
     variant = "steps=5"          #   with a variant label and hyper-parameters it is one row of
-    hparams = {inner_steps = 5}  #   an ablation table ("maml steps=5")
+    hparams = {inner_steps = 5}  #   an ablation table ("maml steps=5"); methods = [...] limits
+                                 #   the part to those of the suite's methods
 
     [references.omniglot-small1] # published numbers shown next to ours in the report
     "BPL (Lake et al. 2015)" = 4.3

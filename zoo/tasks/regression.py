@@ -17,8 +17,15 @@ A method derives from :class:`RegressionMethod`: ``meta_loss(episode)`` and
 ``predict(episode) -> RegressionPrediction`` (``S`` latent samples of per-target Gaussian means and
 variances). Records hold LMLHD, NLL, MSE, CRPS and 50%/90% coverage
 (:mod:`zoo.tasks.regression_metrics`); a cell is one context size, summarised by the median over
-tasks with 5%/95% percentiles and the mean with its 95% CI. The model is selected by the mean
-LMLHD of validation episodes.
+tasks with 5%/95% percentiles and the mean with its 95% CI, and, for seeds pooled, by the median
+over seeds of each seed's median with the 5%/95% percentiles over seeds (GMM-NP's protocol, A.3.3).
+The model is selected by the mean LMLHD of validation episodes.
+
+ELBO looseness (optional capability): with ``bound_samples = S > 0`` a method that implements
+:meth:`RegressionMethod.bounds` is also asked, on each test episode, for the ELBO and the
+importance-weighted bound of ``log p(target_y | target_x, context)`` from ``S`` samples of its
+variational posterior given all targets; records then hold ``elbo``, ``iw_bound`` and
+``looseness = iw_bound - elbo`` (an estimate of the KL from that posterior to the true one).
 """
 
 from __future__ import annotations
@@ -96,6 +103,14 @@ class RegressionMethod(TaskMethod):
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
         """The predictive distribution of ``episode.target_y`` given the context only."""
 
+    def bounds(self, episode: RegressionEpisode, samples: int
+                        ) -> tuple[float, float] | None:
+        """``(ELBO, importance-weighted bound)`` of the method's ``log p(target_y | target_x,
+        context)`` from ``samples`` draws of its posterior given all targets, both computed on the
+        same draws (so ``ELBO <= IW`` exactly), drawn from the episode's seed; ``None``: the method
+        has no such bound (the default)."""
+        return None
+
 
 def task_seed(seed: int, family: str, split: str, targets: int, index: int) -> int:
     """A 63-bit seed that depends on every coordinate of the task and on nothing else."""
@@ -104,18 +119,21 @@ def task_seed(seed: int, family: str, split: str, targets: int, index: int) -> i
 
 
 def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,
-                context: int | None, max_context: int = 0) -> RegressionEpisode:
-    """The ``index``-th task; ``context=None`` draws its size from ``0..max_context``."""
+                context: int | None, max_context: int = 0,
+                bound_samples: int = 0) -> RegressionEpisode:
+    """The ``index``-th task; ``context=None`` draws its size from ``0..max_context``;
+    ``bound_samples``: draws the method's evidence bounds use (0: none)."""
     s = task_seed(seed, family.name, split, targets, index)
     g = torch.Generator().manual_seed(s)
-    x, y, params = family.draw(g, targets)
+    x, y, params = family.draw(g, targets, split)
     if context is None:
         context = int(torch.randint(0, max_context + 1, (), generator=g))
     device = family.device
     x, y = x.to(device), y.to(device)
     return RegressionEpisode(x[:context], y[:context], x, y,
                              info={"dataset": family.name, "split": split, "index": int(index),
-                                   "seed": s, "context": context, "function": params})
+                                   "seed": s, "run_seed": int(seed), "context": context,
+                                   "function": params, "bound_samples": int(bound_samples)})
 
 
 def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,
@@ -144,7 +162,8 @@ class Regression(Task):
     data_example = "sinusoid or gp-rbf"
     settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
                                           "train_targets": 16, "train_max_context": 15,
-                                          "train_tasks": 0, "train_datasets": ["sinusoid"]}
+                                          "train_tasks": 0, "bound_samples": 0,
+                                          "train_datasets": ["sinusoid"]}
     train_keys = ("train_targets", "train_max_context", "train_tasks")
     column_keys = ("targets", "context")
     selection_key = "val_lmlhd"
@@ -153,7 +172,9 @@ class Regression(Task):
     digits = 2
     table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
                   "(LMLHD, log-mean-exp over the method's latent samples) [5%, 95% percentiles]; "
-                  "MSE of the predictive mean (median over tasks). Means with 95% CI, NLL per "
+                  "with several seeds: median over seeds of each seed's median [5%, 95% over "
+                  "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
+                  "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
                   "point, CRPS and 50%/90% coverage: table.csv.")
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -171,9 +192,13 @@ class Regression(Task):
         if int(s["train_tasks"]) < 0:
             raise ZooError(f"train_tasks = {s['train_tasks']} must be >= 0 (0: a new function "
                            "every training episode; L > 0: a fixed pool of L functions)")
+        if int(s["bound_samples"]) < 0:
+            raise ZooError(f"bound_samples = {s['bound_samples']} must be >= 0 (0: no ELBO "
+                           "looseness; S > 0: bounds from S draws)")
         pool = {"train_tasks": int(s["train_tasks"])} if int(s["train_tasks"]) else {}
+        bound = {"bound_samples": int(s["bound_samples"])} if int(s["bound_samples"]) else {}
         return [{"context": int(c), "targets": targets, "train_targets": int(s["train_targets"]),
-                 "train_max_context": int(s["train_max_context"])} | pool for c in sizes]
+                 "train_max_context": int(s["train_max_context"])} | pool | bound for c in sizes]
 
     def label(self, shape: Shape) -> str:
         return f"ctx {shape['context']}/{shape['targets']}"
@@ -195,10 +220,17 @@ class Regression(Task):
             if split == "train" and pool:
                 return lambda i: sample_pooled_task(dataset, split, seed, n, i, pool, most)
             return lambda i: sample_task(dataset, split, seed, n, i, None, most)
-        return lambda i: sample_task(dataset, split, seed, shape["targets"], i, shape["context"])
+        bound = shape.get("bound_samples", 0)
+        return lambda i: sample_task(dataset, split, seed, shape["targets"], i, shape["context"],
+                                     bound_samples=bound)
 
     def predict(self, method: RegressionMethod, episode: RegressionEpisode) -> RegressionPrediction:
-        return method.predict(episode)
+        prediction = method.predict(episode)
+        samples = int(episode.info.get("bound_samples", 0))
+        bounds = method.bounds(episode, samples) if samples else None
+        if bounds is not None:
+            prediction.extras["elbo"], prediction.extras["iw_bound"] = map(float, bounds)
+        return prediction
 
     def check(self, prediction: Any, episode: RegressionEpisode, method: str) -> None:
         def fail(problem: str) -> None:
@@ -224,21 +256,39 @@ class Regression(Task):
     def score(self, prediction: RegressionPrediction, episode: RegressionEpisode,
               temperature: float = 1.0) -> dict[str, Any]:
         y, mean, var = episode.target_y, prediction.mean.detach(), prediction.var.detach()
-        return {"seed": episode.info.get("seed"), "context": episode.info.get("context"),
-                "samples": int(mean.shape[0]), "lmlhd": joint_log_likelihood(y, mean, var),
-                "nll": point_nll(y, mean, var), "mse": mse(y, mean), "crps": crps(y, mean, var),
-                "coverage50": coverage(y, mean, var, 0.5), "coverage90": coverage(y, mean, var, 0.9)}
+        record = {"seed": episode.info.get("seed"), "run_seed": episode.info.get("run_seed"),
+                  "context": episode.info.get("context"), "samples": int(mean.shape[0]),
+                  "lmlhd": joint_log_likelihood(y, mean, var), "nll": point_nll(y, mean, var),
+                  "mse": mse(y, mean), "crps": crps(y, mean, var),
+                  "coverage50": coverage(y, mean, var, 0.5),
+                  "coverage90": coverage(y, mean, var, 0.9)}
+        if "elbo" in prediction.extras:
+            elbo, iw = prediction.extras["elbo"], prediction.extras["iw_bound"]
+            record |= {"elbo": elbo, "iw_bound": iw, "looseness": iw - elbo}
+        return record
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Per metric over tasks: LMLHD and MSE median with 5%/95% percentiles and mean with its
-        95% CI; NLL, CRPS and coverage means."""
+        """Per metric over tasks: LMLHD, MSE (and ELBO looseness where every record has it)
+        median with 5%/95% percentiles and mean with its 95% CI; the median over seeds of the
+        per-seed medians with 5%/95% percentiles over seeds (``*_seeds_*``, ``seeds_pooled``);
+        NLL, CRPS and coverage means."""
         out: dict[str, Any] = {}
-        for key in ("lmlhd", "mse"):
+        keys = ["lmlhd", "mse"] + (["looseness"] if records and all(
+            "looseness" in r for r in records) else [])
+        by_seed: dict[Any, list[Mapping[str, Any]]] = {}
+        for r in records:
+            by_seed.setdefault(r.get("run_seed"), []).append(r)
+        for key in keys:
             v = np.asarray([r[key] for r in records], dtype=np.float64)
             mean, ci = mean_ci(v)
             p05, median, p95 = np.percentile(v, [5, 50, 95]) if v.size else (math.nan,) * 3
+            per_seed = [float(np.median([r[key] for r in rs])) for rs in by_seed.values()]
+            s05, s50, s95 = np.percentile(per_seed, [5, 50, 95]) if per_seed else (math.nan,) * 3
             out |= {f"{key}_median": float(median), f"{key}_p05": float(p05),
-                    f"{key}_p95": float(p95), f"{key}_mean": mean, f"{key}_ci95": ci}
+                    f"{key}_p95": float(p95), f"{key}_mean": mean, f"{key}_ci95": ci,
+                    f"{key}_seeds_median": float(s50), f"{key}_seeds_p05": float(s05),
+                    f"{key}_seeds_p95": float(s95)}
+        out["seeds_pooled"] = len(by_seed)
         for key in ("nll", "crps", "coverage50", "coverage90"):
             out[key] = float(np.mean([r[key] for r in records]))
         return out | {"test_episodes": len(records),
@@ -248,8 +298,14 @@ class Regression(Task):
         return float(np.mean([r["lmlhd"] for r in records]))
 
     def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        return (f"{row['lmlhd_median']:.1f} [{row['lmlhd_p05']:.1f}, {row['lmlhd_p95']:.1f}], "
-                f"MSE {row['mse_median']:.3g}")
+        """Median LMLHD [5%, 95%] over tasks (over seeds' medians when several seeds are pooled),
+        median MSE, and the median ELBO looseness where measured."""
+        over = "lmlhd_seeds" if row.get("seeds_pooled", 1) > 1 else "lmlhd"
+        text = (f"{row[f'{over}_median']:.1f} [{row[f'{over}_p05']:.1f}, "
+                f"{row[f'{over}_p95']:.1f}], MSE {row['mse_median']:.3g}")
+        if "looseness_median" in row:
+            text += f", loose {row['looseness_median']:.2g}"
+        return text
 
     def done_line(self, r: Mapping[str, Any]) -> str:
         return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "

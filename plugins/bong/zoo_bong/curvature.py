@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch.func import grad, jacrev, jvp, vjp, vmap
+
 from zoo_bong.likelihoods import Likelihood
 
 CURVATURES = ("mc-hess", "mc-ef", "lin-hess", "lin-ef")
