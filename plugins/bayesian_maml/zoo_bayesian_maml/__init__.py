@@ -185,7 +185,8 @@ def log_hyperprior(mu: Tensor, log_std: Tensor, a: float, b: float) -> Tensor:
     sigma``, so the density of ``lambda`` gets the Jacobian ``|d lambda / d s| = 2 exp(-2 s)``
     (without it the maximiser in ``s`` is another point than the prior's mode)."""
     precision = torch.exp(-2 * log_std)
-    return (dist.Gamma(a, b).log_prob(precision) + math.log(2) - 2 * log_std
+    shape, rate = (torch.tensor(v, dtype=log_std.dtype, device=log_std.device) for v in (a, b))
+    return (dist.Gamma(shape, rate).log_prob(precision) + math.log(2) - 2 * log_std
             + dist.Normal(0.0, log_std.exp()).log_prob(mu))
 
 
