@@ -23,8 +23,16 @@ from zoo_bong.rules import RULES, TRACTABLE, check_combination, update
 
 from zoo.gaussians import DiagonalGaussian
 
-torch.set_default_dtype(torch.float64)
 P, C = 4, 2
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """The exactness checks run in float64; the default is restored for every other module."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def linear_gaussian(n: int = 6, seed: int = 0):
