@@ -84,11 +84,15 @@ class ABPML(InnerLoopMethod):
         "kl": HParam(True, doc="add the KL to the task-dependent prior to the support loss"),
         "aggregation": HParam("harmonic", choices=AGGREGATIONS,
                               doc="class posterior: matrix harmonic mean (Eq. 6.6) or plain means"),
+        "init_w": HParam(1.0, gt=0, doc="initial w of sigma^2 = |w| sigmoid(r) + |b| (not given "
+                                        "in the thesis)"),
+        "init_b": HParam(0.1, gt=0, doc="initial b of sigma^2, its lower bound at the start"),
     }
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)
-        self.embedding = GaussianEmbedding(self.backbone, self.hparams["embedding_dim"])
+        self.embedding = GaussianEmbedding(self.backbone, self.hparams["embedding_dim"],
+                                           self.hparams["init_w"], self.hparams["init_b"])
 
     def learner(self, first_order: bool) -> l2l.algorithms.BaseLearner:
         """A clone of the embedding network that ``adapt`` updates, the meta-parameters untouched."""
