@@ -100,6 +100,13 @@ def test_variance_stays_between_b_and_w_plus_b():
     assert var.min() < 0.21 and var.max() > 0.89  # both ends are reached
 
 
+def test_init_w_and_b_set_the_variance_range_at_the_start():
+    m = ABPML(IdentityBackbone(4), way=2, embedding_dim=3, init_w=2.0, init_b=0.5)
+    assert (m.embedding.w.item(), m.embedding.b.item()) == (2.0, 0.5)
+    _, var = m.embedding(torch.randn(50, 4))
+    assert var.min() >= 0.5 and var.max() <= 2.5
+
+
 # -- the method ------------------------------------------------------------------------------------
 
 class MeanHead(nn.Module):
