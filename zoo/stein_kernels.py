@@ -45,6 +45,9 @@ class PreconditionedRBFKernel(RBFKernel):
         a2 = 1 + self.alpha * x2.pow(2).sum(-1)
         return super().base(x1, x2) / (a1[..., :, None] * a2[..., None, :])
 
+    def base_diag(self, x: Tensor) -> Tensor:
+        return super().base_diag(x) / (1 + self.alpha * x.pow(2).sum(-1)).pow(2)
+
 
 class ProductKernel(Kernel):
     """``prod_j k_j(x_j, y_j)``: one one-dimensional kernel per input dimension (the ARD squared

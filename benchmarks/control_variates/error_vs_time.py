@@ -24,7 +24,7 @@ from zoo.spec import parse_spec
 from zoo.tasks.integration import sample_task
 
 METHODS_DEFAULT = ["mc", "poly-cv", "control-functional", "neural-cv", "vv-cv",
-                   "vv-cv[B=learned,steps=500]"]
+                   "vv-cv[coupling=learned,steps=500]"]
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     p.add_argument("--online-tasks", type=int, default=1000)
     p.add_argument("--online-samples", type=int, default=10)
     p.add_argument("--methods", nargs="+", default=METHODS_DEFAULT,
-                   help="integration methods as specs, e.g. vv-cv[B=learned]")
+                   help="integration methods as specs, e.g. vv-cv[coupling=learned]")
     args = p.parse_args()
     from zoo.baselines.integration import MonteCarlo
 

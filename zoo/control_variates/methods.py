@@ -104,8 +104,9 @@ class VectorValuedCV(IntegrationMethod):
 
     name = "vv-cv"
     hyperparameters: ClassVar[dict[str, Any]] = {
-        "B": HParam("fixed", choices=("fixed", "learned"), doc="fixed B (diagonal 1, off-diagonal "
-                    "`correlation`) or learned B = L L^T from the identity"),
+        "coupling": HParam("fixed", choices=("fixed", "learned"),
+                           doc="the task-coupling matrix B: fixed (diagonal 1, off-diagonal "
+                               "`correlation`) or learned B = L L^T from the identity"),
         "correlation": HParam(0.1, ge=-1, le=1, doc="off-diagonal of the fixed B"),
         "lam": HParam(1e-5, gt=0, doc="regulariser, relative to the mean diagonal of k0"),
         "steps": HParam(2000, ge=1, doc="Adam steps when B is learned"),
@@ -129,7 +130,7 @@ class VectorValuedCV(IntegrationMethod):
         k0 = self.select_kernel(z, s, fx, task, boundary)
         T = len(problems)
         lam = h["lam"] * float(k0.diagonal().mean())
-        if h["B"] == "fixed":
+        if h["coupling"] == "fixed":
             B = torch.full((T, T), h["correlation"], dtype=torch.float64).fill_diagonal_(1.0)
             fit = vector_valued.closed_form(k0, B, task, fx, lam)
         else:

@@ -161,7 +161,9 @@ def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
 def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                 registry: Any) -> list[Cell]:
     task = registry.get("tasks", s["task"])
-    if s["methods"] != "*":  # a part may name its own methods (an ablation of one of them)
+    if s["methods"] not in ("*", suite.settings["methods"]):
+        # a part that names its own methods (an ablation of one of them) keeps to those; the
+        # suite-level list is only the default selection, which --methods replaces
         methods = [m for m in methods if m in s["methods"]]
         if not methods:
             return []
