@@ -10,14 +10,13 @@ is the runner's. Cells are glyphs 2-way 1-shot, one training episode, a few test
 ``meta_loss`` + backward + the optimizer step + ``predict``, timed around those calls; the rest
 of the wall time of ``run_suite`` is overhead.
 
-    python benchmarks/runner/many_cells.py [--cells 10000] [--out DIR] [--profile]
+    python benchmarks/runner_many_cells.py [--cells 10000] [--out DIR] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
 import pstats
 import tempfile
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from runner_overhead import MODEL_TIME, timed  # the same model-time accounting (this folder)
 from torch import nn
 
 from zoo import Episode, Method, Prediction
@@ -32,19 +32,6 @@ from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.report import write_report
 from zoo.runner.suite import suite_from_dict
-
-MODEL_TIME = [0.0]
-
-
-def timed(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            MODEL_TIME[0] += time.perf_counter() - start
-    return wrapper
 
 
 class PooledPrototypes(Method):
