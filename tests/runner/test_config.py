@@ -53,6 +53,12 @@ def test_set_overrides_settings_and_hyperparameters():
     assert apply_overrides(tiny_suite(), ["seeds=3"], []).settings["seeds"] == [3]
 
 
+def test_an_integer_is_accepted_for_a_float_setting():
+    suite = apply_overrides(tiny_suite(), ["max_skipped_fraction=0"], [])
+    assert suite.settings["max_skipped_fraction"] == 0.0
+    assert isinstance(suite.settings["max_skipped_fraction"], float)
+
+
 @pytest.mark.parametrize("assignment, listed", [
     ("nonsense=1", "train_episodes"),          # neither a setting nor a hyper-parameter
     ("protonet.nonsense=1", "lr"),

@@ -229,6 +229,8 @@ def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -
         ok = value == "*" or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     elif isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(value, bool) and isinstance(default, bool)
+    elif isinstance(default, float) and isinstance(value, int):
+        value, ok = float(value), True
     else:
         ok = isinstance(value, type(default))
     if not ok:
