@@ -81,3 +81,16 @@ def test_no_test_episode_reaches_selection_or_calibration(monkeypatch, tmp_path)
     assert in_training == {"train", "val"}
     assert {split for training, split in drawn if not training} == {"test"}
     assert _result(tmp_path)["temperature"] != 1.0  # a temperature was fitted, on val only
+
+
+def test_zoo_train_takes_a_val_dataset(no_val_data, tmp_path, capsys):
+    from zoo.cli import main
+
+    args = ["train", "protonet", "--dataset", "glyphs-noval", "--way", "3", "--shot", "1",
+            "--episodes", "4", "--query", "2", "--val-episodes", "2", "--val-every", "2",
+            "--device", "cpu", "--no-progress"]
+    assert main([*args, "--val-dataset", "glyphs", "--out", str(tmp_path / "val")]) == 0
+    info = json.loads((tmp_path / "val" / "config.json").read_text())
+    assert info["val_dataset"] == "glyphs"
+    assert "validation accuracy -" not in capsys.readouterr().out
+    assert main([*args, "--val-dataset", "emnist-nowhere", "--out", str(tmp_path / "bad")]) == 2

@@ -57,6 +57,19 @@ class DatasetCache:
             self._loaded[name] = dataset.to(self.device)
         return self._loaded[name]
 
+    def training_data(self, cell: Cell) -> tuple[Any, Any]:
+        """The data sets that train ``cell``: its training set and, when the cell names a
+        ``val_dataset``, that set (checked compatible), else ``None`` (validate on the training
+        set's own validation split)."""
+        train_data = self.get(cell.train_dataset)
+        cell.task.check_data(train_data, cell.train_dataset)
+        if not cell.val_dataset:
+            return train_data, None
+        val_data = self.get(cell.val_dataset)
+        cell.task.check_data(val_data, cell.val_dataset)
+        cell.task.check_compatible(train_data, val_data, cell.method)
+        return train_data, val_data
+
 
 def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: str,
              threads: int = 0, progress: bool = False,
@@ -90,13 +103,7 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
     train_dir = results.train_dir(first.train_hash)
     try:
         seed_everything(first.seed)
-        train_data = datasets.get(first.train_dataset)
-        first.task.check_data(train_data, first.train_dataset)
-        val_data = None
-        if first.val_dataset:
-            val_data = datasets.get(first.val_dataset)
-            first.task.check_data(val_data, first.val_dataset)
-            first.task.check_compatible(train_data, val_data, first.method)
+        train_data, val_data = datasets.training_data(first)
         trained = train_model(first, train_dir, train_data, device, registry, progress,
                               val_data=val_data)
     except (KeyboardInterrupt, SystemExit):

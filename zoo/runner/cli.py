@@ -78,6 +78,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", type=int, default=15, help="queries per class in training")
     p.add_argument("--val-episodes", type=int, default=100)
     p.add_argument("--val-every", type=int, default=250)
+    p.add_argument("--val-dataset", default="",
+                   help="data set whose validation split selects the model and fits the "
+                        "temperature (default: the training data set's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<name>)")
     p.add_argument("--force", action="store_true",
@@ -122,16 +125,18 @@ def train_cmd(args: argparse.Namespace) -> int:
                 backbone=args.backbone or cls.default_backbone,
                 kernel=(args.kernel or cls.default_kernel) if cls.uses_kernel else args.kernel,
                 seed=args.seed, train_episodes=args.episodes, val_episodes=args.val_episodes,
-                val_every=args.val_every, test_episodes=0, task=task,
+                val_every=args.val_every, val_dataset=args.val_dataset, test_episodes=0,
+                task=task,
                 shape={"way": args.way, "shot": args.shot, "train_shot": args.shot, "query": 15,
                        "train_query": args.query},
                 provenance=reg.provenance("methods", args.method))
     out = args.out or Path("runs") / (f"{args.method}-{args.dataset}-{args.way}w{args.shot}s-"
                                       f"{cell.train_hash[:8]}")
-    dataset = DatasetCache(args.data_dir, device, reg).get(args.dataset)
+    dataset, val_data = DatasetCache(args.data_dir, device, reg).training_data(cell)
     if args.force:
         start_over(out)
-    trained = train_model(cell, out, dataset, device, reg, progress=not args.no_progress)
+    trained = train_model(cell, out, dataset, device, reg, progress=not args.no_progress,
+                          val_data=val_data)
     val = trained.info[task.selection_key]
     print(f"trained {cell.label} in {trained.info['train_seconds']:.0f} s: "
           f"validation accuracy {'-' if val is None else f'{100 * val:.1f}%'}, "
