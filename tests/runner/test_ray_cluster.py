@@ -27,12 +27,17 @@ from pathlib import Path
 
 import pytest
 
+from zoo.errors import ZooError
 from zoo.runner.bench import run_suite
-from zoo.runner.executors import run_unit_on_node, threads_per_unit
+from zoo.runner.executors import (
+    check_feasible,
+    connect,
+    run_unit_on_node,
+    threads_per_unit,
+    unit_resources,
+)
 
 from .test_resume import assert_same
-
-pytest.importorskip("ray")
 
 RAY = str(Path(sys.executable).with_name("ray"))
 # the quick suite cut down to ProtoNet: 2 trainings (one per node) x 2 test data sets = 4 cells
@@ -135,6 +140,7 @@ def _has(environ: Path, marker: bytes) -> bool:
 
 @pytest.fixture
 def loopback_cluster() -> Iterator[LoopbackCluster]:
+    pytest.importorskip("ray")
     # a short folder: Ray's Unix sockets live under it and a socket path is limited to 107 bytes
     folder = Path(tempfile.mkdtemp(prefix="zoo-ray-"))
     token = folder / "token"
@@ -196,6 +202,7 @@ def test_suite_survives_a_lost_node_and_matches_a_local_run(loopback_cluster, tm
     assert killed_after < 4, "the suite had finished before the node was killed"
     hashes = [r["config_hash"] for r in _lines(out)]
     assert len(hashes) == len(set(hashes)) == 4, log  # every cell once
+    assert log.count("\ndone   protonet") == 4, log  # progress from both nodes, in the driver
     local = tmp_path / "local"
     run_suite("quick", out=local, device="cpu", workers=WORKERS, methods=["protonet"], sets=SETS,
               progress=False)
@@ -203,7 +210,32 @@ def test_suite_survives_a_lost_node_and_matches_a_local_run(loopback_cluster, tm
 
 
 def test_a_node_that_cannot_see_the_results_folder_says_so(tmp_path):
-    from zoo.errors import ZooError
-
     with pytest.raises(ZooError, match="not visible from Ray node .* file system every node"):
         run_unit_on_node(tmp_path / "elsewhere" / ".zoo-shared-x", [], tmp_path)
+
+
+def test_a_unit_asks_for_one_gpu_on_cuda_and_its_threads_as_cpus():
+    assert unit_resources("cuda", 4) == {"num_cpus": 4, "num_gpus": 1}
+    assert unit_resources("cpu", 2) == {"num_cpus": 2, "num_gpus": 0}
+
+
+def test_a_unit_no_node_can_hold_is_an_error_not_a_wait():
+    gpu_node, cpu_node = {"CPU": 8, "GPU": 1}, {"CPU": 2}
+    check_feasible(unit_resources("cuda", 4), [cpu_node, gpu_node])
+    check_feasible(unit_resources("cpu", 2), [cpu_node])
+    with pytest.raises(ZooError, match=r"1 GPU\(s\).*2 CPU\(s\), 0 GPU\(s\).*--device cpu"):
+        check_feasible(unit_resources("cuda", 1), [cpu_node])
+    with pytest.raises(ZooError, match="8 CPU.*more --workers"):
+        check_feasible(unit_resources("cpu", 8), [cpu_node, {"CPU": 4, "GPU": 2}])
+
+
+def test_a_cluster_that_refuses_the_driver_says_what_to_check():
+    class RefusingRay:
+        @staticmethod
+        def init(**kwargs):
+            raise ConnectionError("Failed to connect to Ray cluster") from PermissionError(
+                "InvalidAuthToken")
+
+    with pytest.raises(ZooError, match="InvalidAuthToken.*ray status --address 10.0.0.1:6379"
+                       ".*RAY_AUTH_MODE=token"):
+        connect(RefusingRay, "10.0.0.1:6379")
