@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_text
+from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk
 from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
@@ -157,6 +157,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     link_or_copy(train_dir / "training.json", folder / "training.json")
     atomic_write_json(folder / "result.json", result)
     (folder / "error.txt").unlink(missing_ok=True)
+    sync_to_disk(folder)  # what `done` declares complete is on the disk before it
     atomic_write_text(folder / "done", "")
     return result
 

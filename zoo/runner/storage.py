@@ -16,6 +16,8 @@ files of cells and trainings. Every write goes through :mod:`zoo.io` (temp file 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import platform
@@ -65,6 +67,7 @@ class Results:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._hashes: set[str] | None = None  # of results.jsonl's lines, once read by a writer
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -96,7 +99,7 @@ class Results:
             if path.name not in TOP_LEVEL:
                 raise ResultsFolderError(path, "is not part of a zoo results folder")
         if (self.root / "results.jsonl").exists():
-            for line in read_jsonl(self.root / "results.jsonl"):
+            for line in self.results():
                 if not isinstance(line.get("config_hash"), str):
                     raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
         for path in _entries(self.root / "suites"):
@@ -183,8 +186,10 @@ class Results:
     # -- results.jsonl -------------------------------------------------------------------------
 
     def results(self) -> list[dict[str, Any]]:
+        """The lines of results.jsonl, without a last line that a killed writer left unfinished
+        (its cell's line is written again from the cell folder: :meth:`sync_results`)."""
         path = self.root / "results.jsonl"
-        return list(read_jsonl(path)) if path.exists() else []
+        return list(read_jsonl(path, complete_lines_only=True)) if path.exists() else []
 
     def finished(self) -> list[dict[str, Any]]:
         """The lines of results.jsonl and of every finished cell missing there (read only: a
@@ -202,18 +207,29 @@ class Results:
                 if wanted.get(code_free_hash(r["config"]), r["config_hash"]) != r["config_hash"]]
 
     def add_result(self, result: dict[str, Any]) -> None:
-        """Add a finished cell's line (once; only the holder of :meth:`writer` calls this)."""
-        lines = self.results()
-        if any(r["config_hash"] == result["config_hash"] for r in lines):
+        """Append a finished cell's line (once; only the holder of :meth:`writer` calls this).
+        The file is read once per writer, not once per line: a suite of 10,000 cells would
+        otherwise rewrite its whole results.jsonl after each cell."""
+        if self._hashes is None:
+            self._hashes = {r["config_hash"] for r in self.results()}
+        if result["config_hash"] in self._hashes:
             return
-        self._write_results([*lines, result])
+        with (self.root / "results.jsonl").open("a") as f:
+            f.write(json.dumps(result, sort_keys=True) + "\n")
+        self._hashes.add(result["config_hash"])
 
     def _write_results(self, lines: Iterable[dict[str, Any]]) -> None:
+        lines = list(lines)
         atomic_write_text(self.root / "results.jsonl",
                           "".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+        self._hashes = {r["config_hash"] for r in lines}
 
     def sync_results(self) -> None:
-        """Add the lines of cells that finished but whose line was not written (a kill between)."""
+        """Cut a line a killed writer left unfinished, and add the lines of cells that finished
+        but whose line was not written (a kill between)."""
+        path = self.root / "results.jsonl"
+        if path.exists() and not path.read_text().endswith("\n") and path.stat().st_size:
+            self._write_results(self.results())
         have = {r["config_hash"] for r in self.results()}
         for run in _entries(self.root / "cells"):
             if (run / "done").exists() and run.name not in have:
@@ -252,12 +268,17 @@ def _read_json(path: Path) -> Any:
         raise ResultsFolderError(path, f"is not readable JSON ({exc})") from None
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: Path, complete_lines_only: bool = False) -> Iterator[dict[str, Any]]:
+    """The objects of a JSON-lines file; ``complete_lines_only``: without a last line that has no
+    newline (an append cut short by a kill)."""
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFolderError(path, f"is not readable ({exc})") from None
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    if complete_lines_only and text and not text.endswith("\n"):
+        lines.pop()
+    for number, line in enumerate(lines, 1):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -284,6 +305,7 @@ def link_or_copy(src: Path, dst: Path) -> None:
 
 # -- environment -------------------------------------------------------------------------------
 
+@functools.cache
 def versions() -> dict[str, Any]:
     """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
     import importlib.metadata as md
@@ -302,8 +324,11 @@ def versions() -> dict[str, Any]:
             "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The commit of the zoo source tree (``+dirty`` if it has changes), if it is a git checkout."""
+    """The commit of the zoo source tree (``+dirty`` if it has changes), if it is a git checkout;
+    read once per process, whose code was loaded from it (not once per cell: two ``git``
+    processes)."""
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -315,6 +340,7 @@ def git_commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+@functools.cache
 def device_description(device: str) -> str:
     import torch
 
@@ -329,6 +355,6 @@ def environment(device: str) -> dict[str, Any]:
     and with 2 threads can end at different numbers (``zoo bench --workers`` sets it)."""
     import torch
 
-    return {"versions": versions(), "git_commit": git_commit(), "device": device_description(device),
-            "platform": platform.platform(), "argv": sys.argv, "malloc": malloc_setting(),
-            "threads": torch.get_num_threads()}
+    return {"versions": copy.deepcopy(versions()), "git_commit": git_commit(),
+            "device": device_description(device), "platform": platform.platform(),
+            "argv": sys.argv, "malloc": malloc_setting(), "threads": torch.get_num_threads()}
