@@ -39,7 +39,8 @@ from zoo.runner.executors import (
 
 from .test_resume import assert_same
 
-RAY = str(Path(sys.executable).with_name("ray"))
+# the `ray` command of this interpreter's environment (a venv's bin), else the one on the PATH
+RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
 # the quick suite cut down to ProtoNet: 2 trainings (one per node) x 2 test data sets = 4 cells
 SETS = ["ways=[3]", "shots=[1, 2]", "seeds=[0]", "query=3", "train_query=2",
         "train_episodes=60", "val_episodes=2", "val_every=30", "test_episodes=4",
