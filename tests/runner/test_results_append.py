@@ -1,12 +1,19 @@
 """Issue 16 (the runner at scale): results.jsonl grows by appending one line per finished cell,
-read once per writer rather than once per cell, and a line cut short by a kill is dropped when read
-and rebuilt from its cell folder by the next writer."""
+read once per writer rather than once per cell. A ``done`` marker is written only after the
+files it declares complete were flushed to the disk (one flush per training and per unit, not an
+fsync per file)."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
+import zoo.runner.cell
+import zoo.runner.train
+from zoo.io import atomic_write_text as write
+from zoo.runner.bench import run_suite
 from zoo.runner.storage import Results
+
+from .conftest import tiny_suite
 
 A, B = "a" * 16, "b" * 16
 
@@ -31,17 +38,23 @@ def test_lines_are_appended_once_and_the_file_is_read_once_per_writer(tmp_path, 
     assert [r["config_hash"] for r in original(results)] == [A, B]
 
 
-def test_a_line_cut_short_by_a_kill_is_rebuilt_from_its_cell(tmp_path):
-    root = tmp_path / "out"
-    Results.open(root)
-    cell = root / "cells" / B
-    cell.mkdir(parents=True)
-    (cell / "result.json").write_text(json.dumps(_line(B)))
-    (cell / "done").write_text("")
-    (root / "results.jsonl").write_text(json.dumps(_line(A)) + "\n" + '{"config_hash": "bb')
-    results = Results.open(root)  # the unfinished line is no corruption
-    assert [r["config_hash"] for r in results.results()] == [A]
-    with results.writer():
-        results.sync_results()
-    assert (root / "results.jsonl").read_text().endswith("}\n")
-    assert [r["config_hash"] for r in results.results()] == [A, B]
+def test_every_done_marker_follows_a_flush_of_what_it_declares_complete(tmp_path, monkeypatch):
+    flushed: set[Path] = set()  # files written before the last flush
+    written: list[Path] = []
+
+    def track(path, text):
+        if Path(path).name == "done":  # everything beside it was flushed before it
+            siblings = {p for p in Path(path).parent.iterdir() if not p.name.startswith(".")}
+            assert siblings <= flushed, siblings - flushed
+        written.append(Path(path))
+        return write(path, text)
+
+    def flush(path):
+        flushed.update(p for p in Path(path).rglob("*") if p.is_file())
+
+    for module in (zoo.runner.cell, zoo.runner.train):
+        monkeypatch.setattr(module, "atomic_write_text", track)
+        monkeypatch.setattr(module, "sync_to_disk", flush)
+    outcome = run_suite(tiny_suite(), out=tmp_path / "out", device="cpu", progress=False)
+    assert len(outcome.finished) == 2
+    assert sum(p.name == "done" for p in written) == 3  # the training and its 2 cells

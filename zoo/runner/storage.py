@@ -99,7 +99,7 @@ class Results:
             if path.name not in TOP_LEVEL:
                 raise ResultsFolderError(path, "is not part of a zoo results folder")
         if (self.root / "results.jsonl").exists():
-            for line in self.results():
+            for line in read_jsonl(self.root / "results.jsonl"):
                 if not isinstance(line.get("config_hash"), str):
                     raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
         for path in _entries(self.root / "suites"):
@@ -186,10 +186,8 @@ class Results:
     # -- results.jsonl -------------------------------------------------------------------------
 
     def results(self) -> list[dict[str, Any]]:
-        """The lines of results.jsonl, without a last line that a killed writer left unfinished
-        (its cell's line is written again from the cell folder: :meth:`sync_results`)."""
         path = self.root / "results.jsonl"
-        return list(read_jsonl(path, complete_lines_only=True)) if path.exists() else []
+        return list(read_jsonl(path)) if path.exists() else []
 
     def finished(self) -> list[dict[str, Any]]:
         """The lines of results.jsonl and of every finished cell missing there (read only: a
@@ -214,8 +212,14 @@ class Results:
             self._hashes = {r["config_hash"] for r in self.results()}
         if result["config_hash"] in self._hashes:
             return
-        with (self.root / "results.jsonl").open("a") as f:
-            f.write(json.dumps(result, sort_keys=True) + "\n")
+        # unbuffered, on an O_APPEND descriptor: the line goes out in one write(2), not in pieces
+        line = (json.dumps(result, sort_keys=True) + "\n").encode()
+        fd = os.open(self.root / "results.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            while line:
+                line = line[os.write(fd, line):]
+        finally:
+            os.close(fd)
         self._hashes.add(result["config_hash"])
 
     def _write_results(self, lines: Iterable[dict[str, Any]]) -> None:
@@ -225,11 +229,7 @@ class Results:
         self._hashes = {r["config_hash"] for r in lines}
 
     def sync_results(self) -> None:
-        """Cut a line a killed writer left unfinished, and add the lines of cells that finished
-        but whose line was not written (a kill between)."""
-        path = self.root / "results.jsonl"
-        if path.exists() and not path.read_text().endswith("\n") and path.stat().st_size:
-            self._write_results(self.results())
+        """Add the lines of cells that finished but whose line was not written (a kill between)."""
         have = {r["config_hash"] for r in self.results()}
         for run in _entries(self.root / "cells"):
             if (run / "done").exists() and run.name not in have:
@@ -268,17 +268,12 @@ def _read_json(path: Path) -> Any:
         raise ResultsFolderError(path, f"is not readable JSON ({exc})") from None
 
 
-def read_jsonl(path: Path, complete_lines_only: bool = False) -> Iterator[dict[str, Any]]:
-    """The objects of a JSON-lines file; ``complete_lines_only``: without a last line that has no
-    newline (an append cut short by a kill)."""
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFolderError(path, f"is not readable ({exc})") from None
-    lines = text.splitlines()
-    if complete_lines_only and text and not text.endswith("\n"):
-        lines.pop()
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
