@@ -2,11 +2,12 @@
 as separate processes (loopback addresses only), a suite run by a separate driver process through
 ``zoo bench --executor ray --address``, and the second node killed while it runs a unit. The suite
 must complete on the survivor with every cell once in results.jsonl and the same numbers as a
-local run. Slow (two Ray nodes and two runs of the suite).
+local run. Slow (two Ray nodes and two runs of the suite; ~2 minutes on a loaded 2-core machine).
 
-Each node is a ``ray start --block`` in a session of its own, so that killing its process group
-kills the node (raylet, agents, workers) and nothing else, and the fixture's teardown leaves no Ray
-process behind, whatever happened.
+Each node is a ``ray start --block``; killing it and every process it started (found through
+/proc: a raylet's workers run in process groups of their own) is losing the node, and the
+fixture's teardown also kills any process left with this test's token in its environment, so no
+Ray process outlives the test, whatever happened.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class LoopbackCluster:
     env: dict[str, str]
     head: subprocess.Popen
     node: subprocess.Popen
-    folder: Path
 
 
 def _free_port() -> int:
@@ -147,22 +147,21 @@ def loopback_cluster() -> Iterator[LoopbackCluster]:
     token = folder / "token"
     token.write_text("zoo-loopback-test-" + os.urandom(16).hex())
     # Ray >= 2.5x authenticates every RPC with a token once one exists (~/.ray/auth_token): a
-    # driver that does not send the cluster's token is refused until ray.init times out, which is
-    # how this test hung before. Every process here uses its own token, never the user's.
+    # driver that does not send the cluster's token is refused until ray.init times out (what
+    # stopped this test here before). Every process here uses its own token, never the user's.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
     port = _free_port()
     # each node offers one unit's CPUs, so that both nodes run a unit at once
     common = ["--node-ip-address=127.0.0.1", f"--num-cpus={threads_per_unit(WORKERS)}",
-              "--object-store-memory=80000000",
-              "--disable-usage-stats"]
+              "--object-store-memory=80000000", "--disable-usage-stats"]
     head = _start(["--head", f"--port={port}", "--include-dashboard=false",
                    f"--temp-dir={folder}", *common], env, folder / "head.log")
     try:
         node = _start([f"--address=127.0.0.1:{port}", *common], env, folder / "node.log")
         try:
-            yield LoopbackCluster(f"127.0.0.1:{port}", env, head, node, folder)
+            yield LoopbackCluster(f"127.0.0.1:{port}", env, head, node)
         finally:
             _stop(node)
     finally:
