@@ -239,3 +239,14 @@ def test_a_cluster_that_refuses_the_driver_says_what_to_check():
     with pytest.raises(ZooError, match="InvalidAuthToken.*ray status --address 10.0.0.1:6379"
                        ".*RAY_AUTH_MODE=token"):
         connect(RefusingRay, "10.0.0.1:6379")
+
+
+def test_a_driver_without_a_gpu_may_send_cuda_cells_to_a_cluster(monkeypatch):
+    import torch
+
+    from zoo.runner.bench import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("cuda", remote=True) == "cuda"  # the cluster's GPUs are checked instead
+    with pytest.raises(ZooError, match="no CUDA device is available here"):
+        resolve_device("cuda")
