@@ -4,13 +4,17 @@ time at 10,000 cells, report < 10 s).
 
 The cells' method is synthetic and defined here only (registered in a private copy of the plugin
 registry, never globally): nearest prototype of 4x4-pooled pixels with one learnable scale, so a
-training step or a test episode takes well under a millisecond of model work and everything else
-is the runner's. Cells are glyphs 2-way 1-shot, one training episode, a few test episodes, over
-``cells / 2`` seeds and two test data sets (glyphs and digits). The model's own time is
-``meta_loss`` + backward + the optimizer step + ``predict``, timed around those calls; the rest
-of the wall time of ``run_suite`` is overhead.
+training step or a test episode takes well under a millisecond of model work. Cells are glyphs
+2-way 1-shot over ``cells / 2`` seeds and two test data sets (glyphs and digits), each training
+``--train-episodes`` episodes (validated twice on 5) and testing ``--test-episodes``. A cell's own
+time is its model's work (``meta_loss`` + backward + the optimizer step + ``predict``) and drawing
+its episodes (``EpisodeSampler``), timed around those calls; the rest of the wall time of
+``run_suite`` is the runner's overhead: suite expansion and hashing, data loading, folders,
+configs, checkpoints, the temperature fit, metrics, results.jsonl, environment records. Printed:
+the overhead against the cells' time and against the model's alone, and per cell.
 
-    python benchmarks/runner_many_cells.py [--cells 10000] [--out DIR] [--profile]
+    python benchmarks/runner_many_cells.py [--cells 10000] [--train-episodes 100]
+        [--test-episodes 50] [--out DIR] [--profile]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from runner_overhead import MODEL_TIME, timed  # the same model-time accounting 
 from torch import nn
 
 from zoo import Episode, Method, Prediction
+from zoo.episode import EpisodeSampler
 from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.report import write_report
@@ -62,6 +67,8 @@ class PooledPrototypes(Method):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cells", type=int, default=10_000)
+    p.add_argument("--train-episodes", type=int, default=100)
+    p.add_argument("--test-episodes", type=int, default=50)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--profile", action="store_true", help="print the runner's top functions")
     args = p.parse_args()
@@ -73,12 +80,23 @@ def main() -> None:
     PooledPrototypes.predict = timed(PooledPrototypes.predict)
     torch.Tensor.backward = timed(torch.Tensor.backward)
     torch.optim.Adam.step = timed(torch.optim.Adam.step)
+    sample, sampling = EpisodeSampler.__getitem__, [0.0]
+
+    def timed_sample(self: EpisodeSampler, index: int) -> Episode:
+        start = time.perf_counter()
+        try:
+            return sample(self, index)
+        finally:
+            sampling[0] += time.perf_counter() - start
+
+    EpisodeSampler.__getitem__ = timed_sample
     suite = suite_from_dict("many-cells", {"suite": {
         "description": "many millisecond cells", "methods": [PooledPrototypes.name],
         "train_datasets": ["glyphs"], "test_datasets": ["glyphs", "digits"], "ways": [2],
         "shots": [1], "query": 2, "train_query": 2, "seeds": list(range(args.cells // 2)),
-        "backbone": "mlp", "train_episodes": 1, "val_episodes": 1, "val_every": 1,
-        "test_episodes": 2, "checkpoint_every": 1}}, "benchmark", reg)
+        "backbone": "mlp", "train_episodes": args.train_episodes, "val_episodes": 5,
+        "val_every": max(1, args.train_episodes // 2), "test_episodes": args.test_episodes,
+        "checkpoint_every": max(1, args.train_episodes // 2)}}, "benchmark", reg)
     out = args.out or Path(tempfile.mkdtemp(prefix="zoo-many-cells-"))
     profiler = cProfile.Profile() if args.profile else None
     start = time.perf_counter()
@@ -88,10 +106,15 @@ def main() -> None:
     if profiler:
         profiler.disable()
     wall = time.perf_counter() - start
-    overhead = wall - MODEL_TIME[0]
-    print(f"{len(outcome.finished)} cells ({len(outcome.failed)} failed) in {wall:.1f} s: model "
-          f"{MODEL_TIME[0]:.2f} s, runner {overhead:.1f} s = {overhead / max(MODEL_TIME[0], 1e-9):.0f}x "
-          f"the model's time, {overhead / max(len(outcome.finished), 1) * 1e3:.1f} ms per cell")
+    model = MODEL_TIME[0]
+    own = model + sampling[0]
+    overhead = wall - own
+    n = max(len(outcome.finished), 1)
+    print(f"{len(outcome.finished)} cells ({len(outcome.failed)} failed) in {wall:.1f} s "
+          f"({args.train_episodes} training + {args.test_episodes} test episodes each): cells' own "
+          f"time {own:.1f} s (model {model:.1f} s, sampling {sampling[0]:.1f} s), runner overhead "
+          f"{overhead:.1f} s = {100 * overhead / own:.1f}% of the cells' time "
+          f"({100 * overhead / model:.0f}% of the model's), {overhead / n * 1e3:.1f} ms per cell")
     start = time.perf_counter()
     write_report(out, plots=False, registry=reg)
     print(f"zoo report on {out}: {time.perf_counter() - start:.1f} s")

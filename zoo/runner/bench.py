@@ -47,10 +47,12 @@ class BenchOutcome:
     failed: list[Outcome] = field(default_factory=list)
 
 
-def resolve_device(device: str) -> str:
+def resolve_device(device: str, remote: bool = False) -> str:
+    """``auto`` -> cuda or cpu (as this machine has); an unusable choice is an error. ``remote``:
+    cells run on the nodes of a Ray cluster, whose GPUs the Ray executor checks instead."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available() and not remote:
         raise ZooError(f"--device {device}: no CUDA device is available here; use --device cpu")
     if device != "cpu" and not device.startswith("cuda"):
         raise ZooError(f"--device {device!r}: choose auto, cpu or cuda")
@@ -142,13 +144,14 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         from zoo.plugins import registry as process_registry
 
         registry = process_registry()
-    device = resolve_device(device)
+    device = resolve_device(device, remote=executor == "ray" and address is not None)
     suite, method_names = prepare_suite(name, sets, methods, registry)
     if suite.settings["entry"]:
         run_entry(suite, out, data_dir, device)
         return BenchOutcome(out)
     cells = expand_cells(suite, method_names, registry)
-    datasets = DatasetCache(data_dir, device, registry)
+    # Ray tasks load their own data sets: the driver checks them on the CPU
+    datasets = DatasetCache(data_dir, "cpu" if executor == "ray" else device, registry)
     check_requirements(suite, device, data_dir, datasets)
     results = Results.open(out)
     with results.writer():

@@ -1,7 +1,8 @@
 """One unit of work: the cells that share a training (one model, several test data sets).
 
 The unit trains (or resumes, or loads) the model once, then scores each pending cell and writes
-its folder; ``done`` is written last. An exception in a cell becomes its ``error.txt`` (the cell
+its folder; the cells' ``done`` markers are written last, after one flush of the unit's files to
+the disk. An exception in a cell becomes its ``error.txt`` (the cell
 is shown as failed and retried on the next run); it never becomes a result.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_text
+from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk
 from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
@@ -130,6 +131,11 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
             outcomes.append(Outcome(cell.hash, cell.label, error=_first_line(message)))
         else:
             outcomes.append(Outcome(cell.hash, cell.label, result=result))
+    scored = [o for o in outcomes if o.result is not None]
+    if scored:  # the unit's cell files on the disk, then their `done` markers: one flush a unit
+        sync_to_disk(root)
+        for o in scored:
+            atomic_write_text(results.cell_dir(o.cell_hash) / "done", "")
     return outcomes
 
 
@@ -164,7 +170,6 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     link_or_copy(train_dir / "training.json", folder / "training.json")
     atomic_write_json(folder / "result.json", result)
     (folder / "error.txt").unlink(missing_ok=True)
-    atomic_write_text(folder / "done", "")
     return result
 
 

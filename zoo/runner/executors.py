@@ -57,6 +57,28 @@ def threads_per_unit(workers: int) -> int:
     return max(1, (cores or 1) // max(1, workers))
 
 
+def unit_resources(device: str, threads: int) -> dict[str, int]:
+    """What a unit asks a Ray cluster for: its intra-op threads as CPUs and, when cells run on
+    CUDA, one GPU (so a node runs as many units at once as it has GPUs)."""
+    return {"num_cpus": threads, "num_gpus": 1 if device.startswith("cuda") else 0}
+
+
+def check_feasible(request: dict[str, int], nodes: Sequence[dict[str, float]]) -> None:
+    """Fail now rather than wait forever: Ray keeps a task that no node can hold pending without
+    an error. ``nodes``: the resources of each live node (``ray.nodes()[i]["Resources"]``)."""
+    need = {"CPU": request["num_cpus"], "GPU": request["num_gpus"]}
+    if any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
+        return
+    have = "; ".join(f"{node.get('CPU', 0):g} CPU(s), {node.get('GPU', 0):g} GPU(s)"
+                     for node in nodes) or "no live node"
+    hint = ("--device cpu (the cluster has no GPU)" if need["GPU"] and not any(
+        node.get("GPU", 0) for node in nodes) else "more --workers (a unit asks for this "
+        "machine's cores divided by --workers)")
+    raise ZooError(f"no node of the Ray cluster can run a unit, which asks for {need['CPU']} "
+                   f"CPU(s) and {need['GPU']} GPU(s); its nodes have: {have}. Use {hint}, or add "
+                   "a node that has them")
+
+
 def exit_with_parent(parent: int, every: float = 0.5) -> None:
     """Pool worker initialiser: end this worker within ``every`` seconds of its parent's death.
 
@@ -102,6 +124,19 @@ class LocalExecutor:
                 raise
 
 
+def connect(ray, address: str) -> None:
+    """Join the Ray cluster at ``address`` as its driver, or say why not and what to check."""
+    try:
+        ray.init(address=address, log_to_driver=True)
+    except ConnectionError as exc:
+        raise ZooError(
+            f"--address {address}: cannot join the Ray cluster ({exc.__cause__ or exc}). Check "
+            f"that `ray status --address {address}` works from this machine; a cluster started "
+            "with token authentication (Ray's default once ~/.ray/auth_token exists) needs "
+            "RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) "
+            "here too") from exc
+
+
 class RayExecutor:
     """Units as Ray tasks (one GPU each when cells run on CUDA), on a local Ray or at ``address``."""
 
@@ -115,22 +150,26 @@ class RayExecutor:
             import ray
         except ImportError as exc:
             raise ZooError("--executor ray needs Ray: pip install 'zoo[ray]'") from exc
+        if self.device.startswith("cuda:"):
+            raise ZooError(f"--device {self.device}: with --executor ray give --device cuda; Ray "
+                           "gives each unit a GPU of its own (CUDA_VISIBLE_DEVICES)")
         threads = threads_per_unit(self.workers)
         started = not ray.is_initialized()
         if started:
             if self.address:
-                ray.init(address=self.address, log_to_driver=True)
+                connect(ray, self.address)
             else:
                 # "local": a new Ray of our own, never a cluster some earlier `ray start` left
                 ray.init(address="local", num_cpus=threads * self.workers,
                          include_dashboard=False, log_to_driver=True)
         marker = shared_folder_marker(self.root)
         try:
-            gpus = 1 if self.device.startswith("cuda") else 0
-            task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=RAY_RETRIES,
+            request = unit_resources(self.device, threads)
+            check_feasible(request, [n["Resources"] for n in ray.nodes() if n["Alive"]])
+            task = ray.remote(**request, max_retries=RAY_RETRIES,
                               retry_exceptions=False)(run_unit_on_node)
             log.info("Ray cluster: %s; each unit asks for %d CPU(s) and %d GPU(s)",
-                     ray.cluster_resources(), threads, gpus)
+                     ray.cluster_resources(), request["num_cpus"], request["num_gpus"])
             pending = [task.remote(marker, list(unit), self.root, self.data_dir, self.device,
                                    threads, False) for unit in units]
             while pending:  # results arrive from whichever node ran them

@@ -16,6 +16,8 @@ files of cells and trainings. Every write goes through :mod:`zoo.io` (temp file 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import platform
@@ -65,6 +67,7 @@ class Results:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._hashes: set[str] | None = None  # of results.jsonl's lines, once read by a writer
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -202,15 +205,28 @@ class Results:
                 if wanted.get(code_free_hash(r["config"]), r["config_hash"]) != r["config_hash"]]
 
     def add_result(self, result: dict[str, Any]) -> None:
-        """Add a finished cell's line (once; only the holder of :meth:`writer` calls this)."""
-        lines = self.results()
-        if any(r["config_hash"] == result["config_hash"] for r in lines):
+        """Append a finished cell's line (once; only the holder of :meth:`writer` calls this).
+        The file is read once per writer, not once per line: a suite of 10,000 cells would
+        otherwise rewrite its whole results.jsonl after each cell."""
+        if self._hashes is None:
+            self._hashes = {r["config_hash"] for r in self.results()}
+        if result["config_hash"] in self._hashes:
             return
-        self._write_results([*lines, result])
+        # unbuffered, on an O_APPEND descriptor: the line goes out in one write(2), not in pieces
+        line = (json.dumps(result, sort_keys=True) + "\n").encode()
+        fd = os.open(self.root / "results.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            while line:
+                line = line[os.write(fd, line):]
+        finally:
+            os.close(fd)
+        self._hashes.add(result["config_hash"])
 
     def _write_results(self, lines: Iterable[dict[str, Any]]) -> None:
+        lines = list(lines)
         atomic_write_text(self.root / "results.jsonl",
                           "".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+        self._hashes = {r["config_hash"] for r in lines}
 
     def sync_results(self) -> None:
         """Add the lines of cells that finished but whose line was not written (a kill between)."""
@@ -284,6 +300,7 @@ def link_or_copy(src: Path, dst: Path) -> None:
 
 # -- environment -------------------------------------------------------------------------------
 
+@functools.cache
 def versions() -> dict[str, Any]:
     """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
     import importlib.metadata as md
@@ -302,8 +319,11 @@ def versions() -> dict[str, Any]:
             "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The commit of the zoo source tree (``+dirty`` if it has changes), if it is a git checkout."""
+    """The commit of the zoo source tree (``+dirty`` if it has changes), if it is a git checkout;
+    read once per process, whose code was loaded from it (not once per cell: two ``git``
+    processes)."""
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -315,6 +335,7 @@ def git_commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+@functools.cache
 def device_description(device: str) -> str:
     import torch
 
@@ -329,6 +350,6 @@ def environment(device: str) -> dict[str, Any]:
     and with 2 threads can end at different numbers (``zoo bench --workers`` sets it)."""
     import torch
 
-    return {"versions": versions(), "git_commit": git_commit(), "device": device_description(device),
-            "platform": platform.platform(), "argv": sys.argv, "malloc": malloc_setting(),
-            "threads": torch.get_num_threads()}
+    return {"versions": copy.deepcopy(versions()), "git_commit": git_commit(),
+            "device": device_description(device), "platform": platform.platform(),
+            "argv": sys.argv, "malloc": malloc_setting(), "threads": torch.get_num_threads()}

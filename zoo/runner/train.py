@@ -26,7 +26,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zoo.errors import NumericalError, ZooError
-from zoo.io import atomic_save, atomic_write_json, atomic_write_text, load_checkpoint
+from zoo.io import (
+    atomic_save,
+    atomic_write_json,
+    atomic_write_text,
+    load_checkpoint,
+    sync_to_disk,
+)
 from zoo.runner.cells import Cell
 
 log = logging.getLogger(__name__)
@@ -252,6 +258,7 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
     atomic_save({"state_dict": method.state_dict(), "temperature": temperature, "info": info,
                  "config": cell.train_config()}, folder / "model.pt")
     atomic_write_json(folder / "training.json", info | {"temperature": temperature})
+    sync_to_disk(folder)  # what `done` declares complete is on the disk before it
     atomic_write_text(folder / "done", "")
     (folder / "error.txt").unlink(missing_ok=True)
     return TrainedModel(method, temperature, info)
