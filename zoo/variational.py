@@ -43,22 +43,50 @@ class Likelihood(Protocol):
         ...
 
 
-def _draw_softmax(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``s = softmax(f_s)`` ``[N, C, S]`` for ``f_s = mean + sqrt(var) * draws_s``, in ``draws``'
-    dtype with the draws on the last axis, plus the per-draw ``logsumexp`` parts (total, shift)."""
-    dt = draws.dtype
-    f = torch.addcmul(mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None], draws.T)
+CHUNK_ELEMENTS = 2**17
+"""Draws x classes x points per block of :func:`softmax_draw_moments` (512 KB in float32): a block
+stays in the core's cache through all its passes, where a whole ``[N, C, S]`` tensor (51 MB at
+1,000 points, 50 classes, 256 draws) would go through memory once per pass and, freshly
+allocated on every call, page-fault on first touch."""
+
+
+def _blocks(n: int, classes: int, draws: int) -> list[slice]:
+    step = max(1, CHUNK_ELEMENTS // (classes * draws))
+    return [slice(i, i + step) for i in range(0, n, step)]
+
+
+def _draw_softmax(mean: Tensor, sd: Tensor, draws_t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``s = softmax(f_s)`` ``[n, C, S]`` (contiguous, draws on the last axis) for ``f_s = mean +
+    sd * z_s``, from ``mean``, ``sd`` ``[n, C]`` and the draws ``draws_t`` ``[C, S]``, all in the
+    working dtype, plus the per-draw ``logsumexp`` parts (total, shift) ``[n, 1, S]``."""
+    f = torch.empty((*mean.shape, draws_t.shape[-1]), dtype=draws_t.dtype, device=draws_t.device)
+    torch.addcmul(mean[..., None], sd[..., None], draws_t, out=f)
     shift = f.amax(-2, keepdim=True)
     e = f.sub_(shift).exp_()
     total = e.sum(-2, keepdim=True)
     return e.div_(total), total, shift
 
 
+def _working(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Means and standard deviations ``[P, C]`` (leading axes flattened) and the draws transposed
+    ``[C, S]``, contiguous, in the draws' dtype."""
+    C, dt = mean.shape[-1], draws.dtype
+    sd = var.clamp_min(0).sqrt()
+    return (mean.reshape(-1, C).to(dt).contiguous(), sd.reshape(-1, C).to(dt).contiguous(),
+            draws.T.contiguous())
+
+
+def _average(x: Tensor, weights: Tensor | None) -> Tensor:
+    """The rule average over the last axis (the draws)."""
+    return x.mean(-1) if weights is None else x @ weights
+
+
 class _DrawMoments(torch.autograd.Function):
-    """:func:`softmax_draw_moments` with a backward that recomputes the ``[N, C, S]`` softmax
-    instead of saving it: autograd would keep five such tensors per call, and in the unrolled
+    """:func:`softmax_draw_moments` with a backward that recomputes the per-draw softmax instead of
+    saving it: autograd would keep five ``[N, C, S]`` tensors per call, and in the unrolled
     meta-training step their allocation churn (fresh pages from the allocator on every step) cost
-    more than the arithmetic (``benchmarks/md_bfsc/cost.py``).
+    more than the arithmetic (``benchmarks/md_bfsc/cost.py``). Both passes go block by block of
+    points (:data:`CHUNK_ELEMENTS`).
 
     With ``s`` the per-draw softmax and incoming gradients ``G0 [N]`` (``E[lse]``), ``G1``
     (``E[s]``), ``G2`` (``E[s^2]``), the chain rule through ``d s_k / d f_c = s_k (delta_kc - s_c)``
@@ -69,34 +97,45 @@ class _DrawMoments(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mean: Tensor, var: Tensor, draws: Tensor, weights: Tensor | None,
                 ) -> tuple[Tensor, Tensor, Tensor]:
-        s, total, shift = _draw_softmax(mean, var, draws)
         ctx.save_for_backward(mean, var, draws, weights)
-        if weights is None:
-            lse = (total.log_() + shift).mean((-2, -1))
-            return lse.to(mean.dtype), s.mean(-1).to(mean.dtype), s.square_().mean(-1).to(mean.dtype)
-        lse = ((total.log_() + shift)[..., 0, :] * weights).sum(-1)
-        return (lse.to(mean.dtype), (s * weights).sum(-1).to(mean.dtype),
-                (s.square_() * weights).sum(-1).to(mean.dtype))
+        mu, sd, draws_t = _working(mean, var, draws)
+        (P, C), S = mu.shape, draws.shape[0]
+        lse = mu.new_empty(P)
+        m1, m2 = mu.new_empty(P, C), mu.new_empty(P, C)
+        for b in _blocks(P, C, S):
+            s, total, shift = _draw_softmax(mu[b], sd[b], draws_t)
+            lse[b] = _average(total.log_().add_(shift)[:, 0, :], weights)
+            m1[b] = _average(s, weights)
+            m2[b] = _average(s.square_(), weights)
+        shape = mean.shape
+        return (lse.reshape(shape[:-1]).to(mean.dtype), m1.reshape(shape).to(mean.dtype),
+                m2.reshape(shape).to(mean.dtype))
 
     @staticmethod
     def backward(ctx, g0: Tensor, g1: Tensor, g2: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, draws, weights = ctx.saved_tensors
-        dt, S = draws.dtype, draws.shape[0]
-        s = _draw_softmax(mean, var, draws)[0]
-        if weights is None:
-            a = (g1.to(dt) / S)[..., None]                   # [N, C, 1]
-            b = (g2.to(dt) * (2 / S))[..., None]
-            a0 = (g0.to(dt) / S)[..., None, None]
-        else:                                                # the weights in place of 1 / S
-            a = g1.to(dt)[..., None] * weights               # [N, C, S]
-            b = (g2.to(dt) * 2)[..., None] * weights
-            a0 = g0.to(dt)[..., None, None] * weights
-        inner = a + b * s                                    # G1_c + 2 G2_c s_c (scaled)
-        centred = inner.mul_(s).sum(-2, keepdim=True)        # sum_k (...) s_k
-        grad_f = torch.addcmul(a0 + a, b, s).sub_(centred).mul_(s)
+        mu, sd, draws_t = _working(mean, var, draws)
+        (P, C), S, dt = mu.shape, draws.shape[0], draws.dtype
+        g0, g1, g2 = g0.reshape(P).to(dt), g1.reshape(P, C).to(dt), g2.reshape(P, C).to(dt)
+        grad_mean, grad_sd = mu.new_empty(P, C), mu.new_empty(P, C)
+        for b in _blocks(P, C, S):
+            s = _draw_softmax(mu[b], sd[b], draws_t)[0]
+            if weights is None:
+                a = (g1[b] / S)[..., None]                   # [n, C, 1]
+                c2 = (g2[b] * (2 / S))[..., None]
+                a0 = (g0[b] / S)[..., None, None]
+            else:                                            # the weights in place of 1 / S
+                a = g1[b][..., None] * weights               # [n, C, S]
+                c2 = (g2[b] * 2)[..., None] * weights
+                a0 = g0[b][..., None, None] * weights
+            inner = a + c2 * s                               # G1_c + 2 G2_c s_c (scaled)
+            centred = inner.mul_(s).sum(-2, keepdim=True)    # sum_k (...) s_k
+            grad_f = torch.addcmul(a0 + a, c2, s).sub_(centred).mul_(s)
+            grad_mean[b] = grad_f.sum(-1)
+            grad_sd[b] = (grad_f * draws_t).sum(-1)
+        grad_mean = grad_mean.reshape(mean.shape).to(mean.dtype)
+        grad_sd = grad_sd.reshape(mean.shape).to(mean.dtype)
         sd = var.clamp_min(0).sqrt()
-        grad_mean = grad_f.sum(-1).to(mean.dtype)
-        grad_sd = (grad_f * draws.T).sum(-1).to(mean.dtype)
         grad_var = torch.where(var > 0, grad_sd / (2 * sd.clamp_min(1e-300)), torch.zeros_like(var))
         return grad_mean, grad_var, None, None
 
@@ -108,9 +147,11 @@ def softmax_draw_moments(mean: Tensor, var: Tensor, rule: Rule | Tensor
     ``[S, C]`` (a tensor of draws is an equal-weight rule).
 
     The ``[N, C, S]`` work is done in ``draws``' dtype (float32 by default: its rounding, ~1e-7,
-    is far below any estimator error) with the draws on the last axis so that the reductions over
-    the few classes and over the draws run on contiguous rows; results come back in ``mean``'s
-    dtype. This is the inner loop's whole per-point cost, hence written out by hand (a max-shifted
+    is far below any estimator error), block by block of points that fit in cache
+    (:data:`CHUNK_ELEMENTS`), each block contiguous with the draws on the last axis (whatever the
+    strides of ``mean``: a transposed view would otherwise lay the block out with the points
+    innermost and make every reduction strided, ~20x slower); results come back in ``mean``'s
+    dtype. Leading axes of ``mean`` beyond ``[N, C]`` are flattened into the points. This is the inner loop's whole per-point cost, hence written out by hand (a max-shifted
     exp, one sum, one division) rather than through ``log_softmax``, which is slow for small C, and
     differentiated by :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
     """
