@@ -28,7 +28,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from zoo.gram import FeatureGram, Gram
+from zoo.gram import FeatureGram, Gram, pack_symmetric, unpack_symmetric
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
 DTYPE = torch.float64
@@ -148,7 +148,11 @@ class FeatureSitePosterior(SitePosterior):
         self.n, D = self.phi.shape[-2:]
         self.s = lam.sqrt()
         eye = torch.eye(D, dtype=DTYPE, device=self.phi.device)
-        A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
+        self.outer = K.outer if K.dtype == DTYPE else None
+        if self.outer is not None:  # one factor for every class: one GEMM
+            A = eye + unpack_symmetric(lam @ self.outer, D)
+        else:
+            A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
         self.L = jitter.cholesky_pd(A, "A = I + Phi^T Lambda Phi", episode)
         rhs = (self.phi.transpose(-1, -2) @ nu[..., None])
         self.weights = torch.cholesky_solve(rhs, self.L)[..., 0]  # posterior mean of w
@@ -184,7 +188,13 @@ class FeatureSitePosterior(SitePosterior):
 
     @cached_property
     def var(self) -> Tensor:
-        var = self._VA(self.phi).pow(2).sum(-2)
+        """``diag(Phi A^-1 Phi^T)``: ``|L_A^-1 phi_n|^2``, or with a shared factor's outer
+        products ``pack(A^-1) @ outer^T`` (``A^-1`` has eigenvalues in (0, 1], so forming it loses
+        nothing)."""
+        if self.outer is not None:
+            var = pack_symmetric(torch.cholesky_inverse(self.L)) @ self.outer.T
+        else:
+            var = self._VA(self.phi).pow(2).sum(-2)
         return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
 
     def predict(self, Kxs: Gram, kss: Tensor) -> tuple[Tensor, Tensor]:

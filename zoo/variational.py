@@ -59,8 +59,7 @@ def _draw_softmax(mean: Tensor, sd: Tensor, draws_t: Tensor) -> tuple[Tensor, Te
     """``s = softmax(f_s)`` ``[n, C, S]`` (contiguous, draws on the last axis) for ``f_s = mean +
     sd * z_s``, from ``mean``, ``sd`` ``[n, C]`` and the draws ``draws_t`` ``[C, S]``, all in the
     working dtype, plus the per-draw ``logsumexp`` parts (total, shift) ``[n, 1, S]``."""
-    f = torch.empty((*mean.shape, draws_t.shape[-1]), dtype=draws_t.dtype, device=draws_t.device)
-    torch.addcmul(mean[..., None], sd[..., None], draws_t, out=f)
+    f = torch.mul(sd[..., None], draws_t).add_(mean[..., None])  # 3x faster than addcmul here
     shift = f.amax(-2, keepdim=True)
     e = f.sub_(shift).exp_()
     total = e.sum(-2, keepdim=True)
