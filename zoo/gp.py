@@ -98,7 +98,7 @@ class SitePosterior:
     def var(self) -> Tensor:
         V = self._V(self.K)
         var = torch.diagonal(self.K, dim1=-2, dim2=-1) - V.pow(2).sum(-2)
-        return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
+        return torch.broadcast_tensors(var, self.alpha)[0]
 
     def predict(self, Kxs: Tensor, kss: Tensor) -> tuple[Tensor, Tensor]:
         """Predictive marginals at test points: ``Kxs`` = k(train, test) ``[..., n, m]``, ``kss``
@@ -106,7 +106,7 @@ class SitePosterior:
         Kxs, kss = shared(Kxs).to(DTYPE), kss.to(DTYPE)
         mean = (Kxs.transpose(-1, -2) @ self.alpha[..., None])[..., 0]
         var = kss - self._V(Kxs).pow(2).sum(-2)
-        return mean, var.clamp_min(1e-12).expand(torch.broadcast_shapes(var.shape, mean.shape))
+        return mean, torch.broadcast_tensors(var.clamp_min(1e-12), mean)[0]
 
     @property
     def logdet_B(self) -> Tensor:
@@ -195,7 +195,7 @@ class FeatureSitePosterior(SitePosterior):
             var = pack_symmetric(torch.cholesky_inverse(self.L)) @ self.outer.T
         else:
             var = self._VA(self.phi).pow(2).sum(-2)
-        return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
+        return torch.broadcast_tensors(var, self.alpha)[0]
 
     def predict(self, Kxs: Gram, kss: Tensor) -> tuple[Tensor, Tensor]:
         """As :meth:`SitePosterior.predict`, with ``Kxs`` a :class:`~zoo.gram.FeatureGram`
@@ -206,7 +206,7 @@ class FeatureSitePosterior(SitePosterior):
         phi = shared(Kxs.right).to(DTYPE)
         mean = (phi @ self.weights[..., None])[..., 0]
         var = kss.to(DTYPE) - phi.pow(2).sum(-1) + self._VA(phi).pow(2).sum(-2)
-        return mean, var.clamp_min(1e-12).expand(torch.broadcast_shapes(var.shape, mean.shape))
+        return mean, torch.broadcast_tensors(var.clamp_min(1e-12), mean)[0]
 
 
 def prior_draws(K: Gram, count: int, generator: torch.Generator) -> Tensor:

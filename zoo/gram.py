@@ -18,7 +18,7 @@ is below the dense ``4 N^3 / 3`` (a Cholesky and the triangular solve for the ma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 import torch
 from torch import Tensor
@@ -109,30 +109,40 @@ class FeatureGram:
         phi = self.left
         if any(phi.stride(i) != 0 and phi.shape[i] != 1 for i in range(phi.ndim - 2)):
             return None
-        phi = phi[(0,) * (phi.ndim - 2)]
-        rows, cols = torch.triu_indices(phi.shape[-1], phi.shape[-1], device=phi.device)
-        if phi.shape[0] * rows.numel() > PACKED_MAX_ELEMENTS:
+        n, d = phi.shape[-2:]
+        if n * d * (d + 1) // 2 > PACKED_MAX_ELEMENTS:
             return None
-        return phi[:, rows] * phi[:, cols]
+        return packed_outer(phi[(0,) * (phi.ndim - 2)])
+
+
+@cache
+def _packing(dim: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Row and column of each packed upper-triangle entry, the packed position of every entry of a
+    ``dim x dim`` matrix (flattened), and the weights 1 (diagonal) / 2 (off it)."""
+    rows, cols = torch.triu_indices(dim, dim, device=device)
+    where = torch.empty(dim, dim, dtype=torch.long, device=device)
+    where[rows, cols] = torch.arange(rows.numel(), device=device)
+    where[cols, rows] = where[rows, cols]
+    return rows, cols, where.flatten(), torch.where(rows == cols, 1.0, 2.0).to(device)
+
+
+def packed_outer(phi: Tensor) -> Tensor:
+    """``phi_n phi_n^T`` for the rows of ``phi`` ``[N, D]``, upper triangles packed."""
+    rows, cols, _, _ = _packing(phi.shape[-1], phi.device)
+    return phi[:, rows] * phi[:, cols]
 
 
 def unpack_symmetric(packed: Tensor, dim: int) -> Tensor:
     """``[..., D, D]`` symmetric matrices from their packed upper triangles ``[..., D (D + 1) /
     2]`` (the layout of :attr:`FeatureGram.outer`); a gather, so autograd passes through."""
-    rows, cols = torch.triu_indices(dim, dim, device=packed.device)
-    where = torch.empty(dim, dim, dtype=torch.long, device=packed.device)
-    where[rows, cols] = torch.arange(rows.numel(), device=packed.device)
-    where[cols, rows] = where[rows, cols]
-    return packed[..., where.flatten()].unflatten(-1, (dim, dim))
+    return packed[..., _packing(dim, packed.device)[2]].unflatten(-1, (dim, dim))
 
 
 def pack_symmetric(M: Tensor) -> Tensor:
     """The packed upper triangles of symmetric ``M`` ``[..., D, D]``, off-diagonal entries doubled:
     ``pack_symmetric(M) @ outer[n]`` is ``phi_n^T M phi_n``."""
-    dim = M.shape[-1]
-    rows, cols = torch.triu_indices(dim, dim, device=M.device)
-    weight = torch.where(rows == cols, 1.0, 2.0).to(M.dtype)
-    return M[..., rows, cols] * weight
+    rows, cols, _, weight = _packing(M.shape[-1], M.device)
+    return M[..., rows, cols] * weight.to(M.dtype)
 
 
 Gram = Tensor | FeatureGram
