@@ -28,7 +28,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from zoo.gram import FeatureGram, Gram, pack_symmetric, unpack_symmetric
+from zoo.gram import FeatureGram, Gram, dense, pack_symmetric, unpack_symmetric
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
 DTYPE = torch.float64
@@ -80,6 +80,14 @@ class SitePosterior:
         """``V = L^-1 S Kxs`` for prior cross-covariances ``Kxs`` ``[..., n, m]`` of ``m`` linear
         functionals: their posterior covariance is ``prior - V^T V`` (for joint predictives)."""
         return self._V(Kxs.to(DTYPE))
+
+    def explained_blocks(self, Kxs: Gram, group: int) -> Tensor:
+        """``Kxs^T S B^-1 S Kxs`` (prior minus posterior covariance of ``m`` linear functionals
+        with prior cross-covariances ``Kxs`` ``[..., n, m]``) in its diagonal blocks, the
+        functionals taken ``group`` at a time: ``[..., m / group, group, group]`` (e.g. the joint
+        predictive of the class functions at each query)."""
+        V = self.whiten(dense(Kxs)).unflatten(-1, (-1, group))
+        return torch.einsum("...ngc,...ngd->...gcd", V, V)
 
     def sample(self, prior: Tensor, noise: Tensor) -> Tensor:
         """Joint posterior draws by Matheron's rule, ``f = m + f0 - K S B^-1 (S f0 + e)``, from
@@ -172,7 +180,19 @@ class FeatureSitePosterior(SitePosterior):
 
     def whiten(self, Kxs: Tensor) -> Tensor:
         raise ValueError("whiten() needs a dense kernel matrix; build the posterior on the dense "
-                         "route (hyper-parameter algebra=dense)")
+                         "route (hyper-parameter algebra=dense), or use explained_blocks")
+
+    def explained_blocks(self, Kxs: Gram, group: int) -> Tensor:
+        """As :meth:`SitePosterior.explained_blocks` for ``Kxs`` a :class:`~zoo.gram.FeatureGram`
+        with the functionals' factor ``Phi_*`` on the right: by Woodbury ``Phi_*^T (I - A^-1)
+        Phi_*``, i.e. ``Phi_* Phi_*^T - V^T V`` with ``V = L_A^-1 Phi_*^T``."""
+        if not isinstance(Kxs, FeatureGram):
+            raise ValueError("a feature-route posterior needs a FeatureGram of the functionals")
+        phi = shared(Kxs.right).to(DTYPE)
+        V = self._VA(phi).unflatten(-1, (-1, group))
+        prior = phi.unflatten(-2, (-1, group))
+        return (torch.einsum("...gcx,...gdx->...gcd", prior, prior)
+                - torch.einsum("...ngc,...ngd->...gcd", V, V))
 
     def sample(self, prior: Tensor, noise: Tensor) -> Tensor:
         """Matheron's rule as in :meth:`SitePosterior.sample`, with ``K S B^-1 u = Phi A^-1 Phi^T

@@ -150,9 +150,10 @@ def softmax_draw_moments(mean: Tensor, var: Tensor, rule: Rule | Tensor
     (:data:`CHUNK_ELEMENTS`), each block contiguous with the draws on the last axis (whatever the
     strides of ``mean``: a transposed view would otherwise lay the block out with the points
     innermost and make every reduction strided, ~20x slower); results come back in ``mean``'s
-    dtype. Leading axes of ``mean`` beyond ``[N, C]`` are flattened into the points. This is the inner loop's whole per-point cost, hence written out by hand (a max-shifted
-    exp, one sum, one division) rather than through ``log_softmax``, which is slow for small C, and
-    differentiated by :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
+    dtype. Leading axes of ``mean`` beyond ``[N, C]`` are flattened into the points. This is the
+    inner loop's whole per-point cost, hence written out by hand (a max-shifted exp, one sum, one
+    division) rather than through ``log_softmax``, which is slower here, and differentiated by
+    :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
     """
     rule = rule if isinstance(rule, Rule) else Rule(rule)
     weights = None if rule.weights is None else rule.weights.to(rule.points.dtype)
