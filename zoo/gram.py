@@ -71,7 +71,17 @@ class FeatureGram:
         return self.left.new_zeros(*size)
 
     def detach(self) -> FeatureGram:
-        return FeatureGram(self.left.detach(), self.right.detach())
+        return self._sharing_outer(FeatureGram(self.left.detach(), self.right.detach()), detach=True)
+
+    def _sharing_outer(self, child: FeatureGram, detach: bool = False) -> FeatureGram:
+        """``child`` (same left factor rows) with this Gram matrix's :attr:`outer` (computed once,
+        here), so that an inner loop that detaches or indexes a class every step reuses it. Formed
+        with autograd on even under ``no_grad``: the cache serves differentiable uses too."""
+        with torch.enable_grad():
+            outer = self.outer
+        if outer is not None:
+            child.__dict__["outer"] = outer.detach() if detach else outer
+        return child
 
     def to(self, dtype: torch.dtype) -> FeatureGram:
         return FeatureGram(self.left.to(dtype), self.right.to(dtype))
@@ -91,7 +101,8 @@ class FeatureGram:
                              for t in (self.left, self.right)))
 
     def __getitem__(self, index: int | slice) -> FeatureGram:
-        return FeatureGram(*(t[index] if t.ndim > 2 else t for t in (self.left, self.right)))
+        return self._sharing_outer(
+            FeatureGram(*(t[index] if t.ndim > 2 else t for t in (self.left, self.right))))
 
     def __matmul__(self, x: Tensor) -> Tensor:
         return self.left @ (self.right.transpose(-1, -2) @ x)
