@@ -146,7 +146,7 @@ def packed_outer(phi: Tensor) -> Tensor:
 def unpack_symmetric(packed: Tensor, dim: int) -> Tensor:
     """``[..., D, D]`` symmetric matrices from their packed upper triangles ``[..., D (D + 1) /
     2]`` (the layout of :attr:`FeatureGram.outer`); a gather, so autograd passes through."""
-    return packed[..., _packing(dim, packed.device)[2]].unflatten(-1, (dim, dim))
+    return packed[..., _packing(dim, packed.device)[2]].view(*packed.shape[:-1], dim, dim)
 
 
 def pack_symmetric(M: Tensor) -> Tensor:
