@@ -43,41 +43,41 @@ class Likelihood(Protocol):
         ...
 
 
-CHUNK_ELEMENTS = 2**17
-"""Draws x classes x points per block of :func:`softmax_draw_moments` (512 KB in float32): a block
-stays in the core's cache through all its passes, where a whole ``[N, C, S]`` tensor (51 MB at
-1,000 points, 50 classes, 256 draws) would go through memory once per pass and, freshly
-allocated on every call, page-fault on first touch."""
+CHUNK_ELEMENTS = 2**20
+"""Points x classes x draws above which :func:`softmax_draw_moments` goes block by block of
+points, each block contiguous (4 MB in float32): a whole ``[N, C, S]`` tensor (51 MB at 1,000
+points, 50 classes, 256 draws) would go through memory once per pass, page-fault on first touch
+on every call, and, laid out as the strides of transposed marginals dictate (points innermost),
+make every reduction strided (~20x slower there). Below it the tensor is formed in one piece, as
+before blocks existed, so small problems keep their exact float32 rounding order."""
 
 
-def _blocks(n: int, classes: int, draws: int) -> list[slice]:
-    step = max(1, CHUNK_ELEMENTS // (classes * draws))
-    return [slice(i, i + step) for i in range(0, n, step)]
+def _blocks(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+    """``mean``, ``var`` ``[P, C]`` whole (small problems) or in contiguous blocks of points, and
+    the draws transposed, ``[C, S]`` (contiguous with the blocks, so that each block's ``[n, C,
+    S]`` tensor is contiguous with the draws innermost)."""
+    (P, C), S = mean.shape, draws.shape[0]
+    if P * C * S <= CHUNK_ELEMENTS:
+        return [(mean, var)], draws.T
+    step = max(1, CHUNK_ELEMENTS // 8 // (C * S))
+    return ([(mean[i:i + step].contiguous(), var[i:i + step].contiguous())
+             for i in range(0, P, step)], draws.T.contiguous())
 
 
-def _draw_softmax(mean: Tensor, sd: Tensor, draws_t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``s = softmax(f_s)`` ``[n, C, S]`` (contiguous, draws on the last axis) for ``f_s = mean +
-    sd * z_s``, from ``mean``, ``sd`` ``[n, C]`` and the draws ``draws_t`` ``[C, S]``, all in the
-    working dtype, plus the per-draw ``logsumexp`` parts (total, shift) ``[n, 1, S]``."""
-    f = torch.mul(sd[..., None], draws_t).add_(mean[..., None])  # 3x faster than addcmul here
+def _draw_softmax(mean: Tensor, var: Tensor, draws_t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``s = softmax(f_s)`` ``[n, C, S]`` for ``f_s = mean + sqrt(var) * z_s`` (marginals
+    ``[n, C]``, draws transposed ``[C, S]``), in the draws' dtype with the draws on the last axis,
+    plus the per-draw ``logsumexp`` parts (total, shift) ``[n, 1, S]``."""
+    dt = draws_t.dtype
+    mean, sd = mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None]
+    # a block: mul + add_ (3x faster than addcmul's broadcast in this layout); one piece:
+    # addcmul, as before blocks existed (the same rounding)
+    f = (torch.mul(sd, draws_t).add_(mean) if draws_t.is_contiguous()
+         else torch.addcmul(mean, sd, draws_t))
     shift = f.amax(-2, keepdim=True)
     e = f.sub_(shift).exp_()
     total = e.sum(-2, keepdim=True)
     return e.div_(total), total, shift
-
-
-def _working(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Means and standard deviations ``[P, C]`` (leading axes flattened) and the draws transposed
-    ``[C, S]``, contiguous, in the draws' dtype."""
-    C, dt = mean.shape[-1], draws.dtype
-    sd = var.clamp_min(0).sqrt()
-    return (mean.reshape(-1, C).to(dt).contiguous(), sd.reshape(-1, C).to(dt).contiguous(),
-            draws.T.contiguous())
-
-
-def _average(x: Tensor, weights: Tensor | None) -> Tensor:
-    """The rule average over the last axis (the draws)."""
-    return x.mean(-1) if weights is None else x @ weights
 
 
 class _DrawMoments(torch.autograd.Function):
@@ -85,7 +85,7 @@ class _DrawMoments(torch.autograd.Function):
     saving it: autograd would keep five ``[N, C, S]`` tensors per call, and in the unrolled
     meta-training step their allocation churn (fresh pages from the allocator on every step) cost
     more than the arithmetic (``benchmarks/md_bfsc/cost.py``). Both passes go block by block of
-    points (:data:`CHUNK_ELEMENTS`).
+    points above :data:`CHUNK_ELEMENTS`.
 
     With ``s`` the per-draw softmax and incoming gradients ``G0 [N]`` (``E[lse]``), ``G1``
     (``E[s]``), ``G2`` (``E[s^2]``), the chain rule through ``d s_k / d f_c = s_k (delta_kc - s_c)``
@@ -97,28 +97,32 @@ class _DrawMoments(torch.autograd.Function):
     def forward(ctx, mean: Tensor, var: Tensor, draws: Tensor, weights: Tensor | None,
                 ) -> tuple[Tensor, Tensor, Tensor]:
         ctx.save_for_backward(mean, var, draws, weights)
-        mu, sd, draws_t = _working(mean, var, draws)
-        (P, C), S = mu.shape, draws.shape[0]
-        lse = mu.new_empty(P)
-        m1, m2 = mu.new_empty(P, C), mu.new_empty(P, C)
-        for b in _blocks(P, C, S):
-            s, total, shift = _draw_softmax(mu[b], sd[b], draws_t)
-            lse[b] = _average(total.log_().add_(shift)[:, 0, :], weights)
-            m1[b] = _average(s, weights)
-            m2[b] = _average(s.square_(), weights)
-        shape = mean.shape
-        return (lse.reshape(shape[:-1]).to(mean.dtype), m1.reshape(shape).to(mean.dtype),
-                m2.reshape(shape).to(mean.dtype))
+        C = mean.shape[-1]
+        parts = []
+        blocks, draws_t = _blocks(mean.reshape(-1, C), var.reshape(-1, C), draws)
+        for m, v in blocks:
+            s, total, shift = _draw_softmax(m, v, draws_t)
+            if weights is None:
+                parts.append(((total.log_() + shift).mean((-2, -1)), s.mean(-1),
+                              s.square_().mean(-1)))
+            else:
+                parts.append((((total.log_() + shift)[..., 0, :] * weights).sum(-1),
+                              (s * weights).sum(-1), (s.square_() * weights).sum(-1)))
+        lse, m1, m2 = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
+        return (lse.reshape(mean.shape[:-1]).to(mean.dtype), m1.reshape(mean.shape).to(mean.dtype),
+                m2.reshape(mean.shape).to(mean.dtype))
 
     @staticmethod
     def backward(ctx, g0: Tensor, g1: Tensor, g2: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, draws, weights = ctx.saved_tensors
-        mu, sd, draws_t = _working(mean, var, draws)
-        (P, C), S, dt = mu.shape, draws.shape[0], draws.dtype
-        g0, g1, g2 = g0.reshape(P).to(dt), g1.reshape(P, C).to(dt), g2.reshape(P, C).to(dt)
-        grad_mean, grad_sd = mu.new_empty(P, C), mu.new_empty(P, C)
-        for b in _blocks(P, C, S):
-            s = _draw_softmax(mu[b], sd[b], draws_t)[0]
+        dt, (C, S) = draws.dtype, (mean.shape[-1], draws.shape[0])
+        g0, g1, g2 = g0.reshape(-1).to(dt), g1.reshape(-1, C).to(dt), g2.reshape(-1, C).to(dt)
+        parts, start = [], 0
+        blocks, draws_t = _blocks(mean.reshape(-1, C), var.reshape(-1, C), draws)
+        for m, v in blocks:
+            b = slice(start, start + m.shape[0])
+            start = b.stop
+            s = _draw_softmax(m, v, draws_t)[0]
             if weights is None:
                 a = (g1[b] / S)[..., None]                   # [n, C, 1]
                 c2 = (g2[b] * (2 / S))[..., None]
@@ -130,8 +134,8 @@ class _DrawMoments(torch.autograd.Function):
             inner = a + c2 * s                               # G1_c + 2 G2_c s_c (scaled)
             centred = inner.mul_(s).sum(-2, keepdim=True)    # sum_k (...) s_k
             grad_f = torch.addcmul(a0 + a, c2, s).sub_(centred).mul_(s)
-            grad_mean[b] = grad_f.sum(-1)
-            grad_sd[b] = (grad_f * draws_t).sum(-1)
+            parts.append((grad_f.sum(-1), (grad_f * draws_t).sum(-1)))
+        grad_mean, grad_sd = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
         grad_mean = grad_mean.reshape(mean.shape).to(mean.dtype)
         grad_sd = grad_sd.reshape(mean.shape).to(mean.dtype)
         sd = var.clamp_min(0).sqrt()
@@ -146,13 +150,10 @@ def softmax_draw_moments(mean: Tensor, var: Tensor, rule: Rule | Tensor
     ``[S, C]`` (a tensor of draws is an equal-weight rule).
 
     The ``[N, C, S]`` work is done in ``draws``' dtype (float32 by default: its rounding, ~1e-7,
-    is far below any estimator error), block by block of points that fit in cache
-    (:data:`CHUNK_ELEMENTS`), each block contiguous with the draws on the last axis (whatever the
-    strides of ``mean``: a transposed view would otherwise lay the block out with the points
-    innermost and make every reduction strided, ~20x slower); results come back in ``mean``'s
-    dtype. Leading axes of ``mean`` beyond ``[N, C]`` are flattened into the points. This is the
-    inner loop's whole per-point cost, hence written out by hand (a max-shifted exp, one sum, one
-    division) rather than through ``log_softmax``, which is slower here, and differentiated by
+    is far below any estimator error), block by block of contiguous points above
+    :data:`CHUNK_ELEMENTS`; results come back in ``mean``'s dtype. Leading axes of ``mean`` beyond
+    ``[N, C]`` are flattened into the points. This is the inner loop's whole per-point cost,
+    hence written out by hand (a max-shifted exp, one sum, one division) and differentiated by
     :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
     """
     rule = rule if isinstance(rule, Rule) else Rule(rule)
