@@ -43,13 +43,14 @@ class Likelihood(Protocol):
         ...
 
 
-CHUNK_ELEMENTS = 2**20
+CHUNK_ELEMENTS = 2**17
 """Points x classes x draws above which :func:`softmax_draw_moments` goes block by block of
-points, each block contiguous (4 MB in float32): a whole ``[N, C, S]`` tensor (51 MB at 1,000
-points, 50 classes, 256 draws) would go through memory once per pass, page-fault on first touch
-on every call, and, laid out as the strides of transposed marginals dictate (points innermost),
-make every reduction strided (~20x slower there). Below it the tensor is formed in one piece, as
-before blocks existed, so small problems keep their exact float32 rounding order."""
+points, each block contiguous and at most this size (512 KB in float32): a whole ``[N, C, S]``
+tensor (51 MB at 1,000 points, 50 classes, 256 draws) would go through memory once per pass,
+page-fault on first touch on every call, and, laid out as the strides of transposed marginals
+dictate (points innermost), make every reduction strided (~20x slower there). Up to it the
+tensor is formed in one piece, as before blocks existed, so small problems (the quick suite's
+5-way episodes) keep their exact float32 rounding."""
 
 
 def _blocks(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
@@ -59,7 +60,7 @@ def _blocks(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[list[tuple[Tensor
     (P, C), S = mean.shape, draws.shape[0]
     if P * C * S <= CHUNK_ELEMENTS:
         return [(mean, var)], draws.T
-    step = max(1, CHUNK_ELEMENTS // 8 // (C * S))
+    step = max(1, CHUNK_ELEMENTS // (C * S))
     return ([(mean[i:i + step].contiguous(), var[i:i + step].contiguous())
              for i in range(0, P, step)], draws.T.contiguous())
 
