@@ -12,6 +12,7 @@ from zoo.errors import HyperParameterError, UnknownNameError
 from zoo.expectations import (
     GaussHermiteEstimator,
     MonteCarloEstimator,
+    PerPoint,
     SobolEstimator,
     build_estimator,
     standard_normal_draws,
@@ -144,3 +145,22 @@ def test_a_methods_estimator_is_chosen_by_spec_and_checked_at_build():
         build_for_tests("dkt", 3, estimator="simpson")
     with pytest.raises(HyperParameterError, match="no option"):
         build_for_tests("md-bfsc", 3, estimator="sobol[nodes=4]")
+
+
+def test_per_point_link_in_blocks_is_bit_identical_to_the_whole_rule(monkeypatch):
+    """:class:`PerPoint` (block by block of points, several blocks here, a leading batch axis, a
+    transposed view) gives exactly the numbers and gradients of the rule on all points at once."""
+    import zoo.expectations as expectations
+
+    monkeypatch.setattr(expectations, "BLOCK_ELEMENTS", 3 * 16 * 4)  # 3 points per block
+    g = torch.Generator().manual_seed(2)
+    mean = torch.randn(2, 4, 11, generator=g, dtype=torch.float64).requires_grad_()
+    var = torch.rand(2, 4, 11, generator=g, dtype=torch.float64).requires_grad_()
+    rule = SobolEstimator(samples=16).rule(4, seed=1)
+    weights = torch.randn(2, 11, 4, generator=g, dtype=torch.float64)
+    results = []
+    for link in (softmax, PerPoint(softmax)):
+        out = rule.expect(link, mean.transpose(-1, -2), var.transpose(-1, -2))
+        results.append((out, *torch.autograd.grad((out * weights).sum(), (mean, var))))
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)

@@ -28,7 +28,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from zoo.gram import FeatureGram, Gram
+from zoo.gram import FeatureGram, Gram, dense, pack_symmetric, unpack_symmetric
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
 DTYPE = torch.float64
@@ -81,6 +81,14 @@ class SitePosterior:
         functionals: their posterior covariance is ``prior - V^T V`` (for joint predictives)."""
         return self._V(Kxs.to(DTYPE))
 
+    def explained_blocks(self, Kxs: Gram, group: int) -> Tensor:
+        """``Kxs^T S B^-1 S Kxs`` (prior minus posterior covariance of ``m`` linear functionals
+        with prior cross-covariances ``Kxs`` ``[..., n, m]``) in its diagonal blocks, the
+        functionals taken ``group`` at a time: ``[..., m / group, group, group]`` (e.g. the joint
+        predictive of the class functions at each query)."""
+        V = self.whiten(dense(Kxs)).unflatten(-1, (-1, group))
+        return torch.einsum("...ngc,...ngd->...gcd", V, V)
+
     def sample(self, prior: Tensor, noise: Tensor) -> Tensor:
         """Joint posterior draws by Matheron's rule, ``f = m + f0 - K S B^-1 (S f0 + e)``, from
         draws ``f0 ~ N(0, K)`` and ``e ~ N(0, I)`` (``[..., n]``, broadcast with the sites);
@@ -98,7 +106,7 @@ class SitePosterior:
     def var(self) -> Tensor:
         V = self._V(self.K)
         var = torch.diagonal(self.K, dim1=-2, dim2=-1) - V.pow(2).sum(-2)
-        return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
+        return torch.broadcast_tensors(var, self.alpha)[0]
 
     def predict(self, Kxs: Tensor, kss: Tensor) -> tuple[Tensor, Tensor]:
         """Predictive marginals at test points: ``Kxs`` = k(train, test) ``[..., n, m]``, ``kss``
@@ -106,7 +114,7 @@ class SitePosterior:
         Kxs, kss = shared(Kxs).to(DTYPE), kss.to(DTYPE)
         mean = (Kxs.transpose(-1, -2) @ self.alpha[..., None])[..., 0]
         var = kss - self._V(Kxs).pow(2).sum(-2)
-        return mean, var.clamp_min(1e-12).expand(torch.broadcast_shapes(var.shape, mean.shape))
+        return mean, torch.broadcast_tensors(var.clamp_min(1e-12), mean)[0]
 
     @property
     def logdet_B(self) -> Tensor:
@@ -148,7 +156,11 @@ class FeatureSitePosterior(SitePosterior):
         self.n, D = self.phi.shape[-2:]
         self.s = lam.sqrt()
         eye = torch.eye(D, dtype=DTYPE, device=self.phi.device)
-        A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
+        self.outer = K.outer if K.dtype == DTYPE else None
+        if self.outer is not None:  # one factor for every class: one GEMM
+            A = eye + unpack_symmetric(lam @ self.outer, D)
+        else:
+            A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
         self.L = jitter.cholesky_pd(A, "A = I + Phi^T Lambda Phi", episode)
         rhs = (self.phi.transpose(-1, -2) @ nu[..., None])
         self.weights = torch.cholesky_solve(rhs, self.L)[..., 0]  # posterior mean of w
@@ -168,7 +180,19 @@ class FeatureSitePosterior(SitePosterior):
 
     def whiten(self, Kxs: Tensor) -> Tensor:
         raise ValueError("whiten() needs a dense kernel matrix; build the posterior on the dense "
-                         "route (hyper-parameter algebra=dense)")
+                         "route (hyper-parameter algebra=dense), or use explained_blocks")
+
+    def explained_blocks(self, Kxs: Gram, group: int) -> Tensor:
+        """As :meth:`SitePosterior.explained_blocks` for ``Kxs`` a :class:`~zoo.gram.FeatureGram`
+        with the functionals' factor ``Phi_*`` on the right: by Woodbury ``Phi_*^T (I - A^-1)
+        Phi_*``, i.e. ``Phi_* Phi_*^T - V^T V`` with ``V = L_A^-1 Phi_*^T``."""
+        if not isinstance(Kxs, FeatureGram):
+            raise ValueError("a feature-route posterior needs a FeatureGram of the functionals")
+        phi = shared(Kxs.right).to(DTYPE)
+        V = self._VA(phi).unflatten(-1, (-1, group))
+        prior = phi.unflatten(-2, (-1, group))
+        return (torch.einsum("...gcx,...gdx->...gcd", prior, prior)
+                - torch.einsum("...ngc,...ngd->...gcd", V, V))
 
     def sample(self, prior: Tensor, noise: Tensor) -> Tensor:
         """Matheron's rule as in :meth:`SitePosterior.sample`, with ``K S B^-1 u = Phi A^-1 Phi^T
@@ -184,8 +208,14 @@ class FeatureSitePosterior(SitePosterior):
 
     @cached_property
     def var(self) -> Tensor:
-        var = self._VA(self.phi).pow(2).sum(-2)
-        return var.expand(torch.broadcast_shapes(var.shape, self.alpha.shape))
+        """``diag(Phi A^-1 Phi^T)``: ``|L_A^-1 phi_n|^2``, or with a shared factor's outer
+        products ``pack(A^-1) @ outer^T`` (``A^-1`` has eigenvalues in (0, 1], so forming it loses
+        nothing)."""
+        if self.outer is not None:
+            var = pack_symmetric(torch.cholesky_inverse(self.L)) @ self.outer.T
+        else:
+            var = self._VA(self.phi).pow(2).sum(-2)
+        return torch.broadcast_tensors(var, self.alpha)[0]
 
     def predict(self, Kxs: Gram, kss: Tensor) -> tuple[Tensor, Tensor]:
         """As :meth:`SitePosterior.predict`, with ``Kxs`` a :class:`~zoo.gram.FeatureGram`
@@ -196,7 +226,7 @@ class FeatureSitePosterior(SitePosterior):
         phi = shared(Kxs.right).to(DTYPE)
         mean = (phi @ self.weights[..., None])[..., 0]
         var = kss.to(DTYPE) - phi.pow(2).sum(-1) + self._VA(phi).pow(2).sum(-2)
-        return mean, var.clamp_min(1e-12).expand(torch.broadcast_shapes(var.shape, mean.shape))
+        return mean, torch.broadcast_tensors(var.clamp_min(1e-12), mean)[0]
 
 
 def prior_draws(K: Gram, count: int, generator: torch.Generator) -> Tensor:

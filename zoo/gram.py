@@ -18,11 +18,15 @@ is below the dense ``4 N^3 / 3`` (a Cholesky and the triangular solve for the ma
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 import torch
 from torch import Tensor
 
 ROUTES = ("auto", "dense", "features", "nystrom")
+PACKED_MAX_ELEMENTS = 2**23
+"""Largest ``N x D (D + 1) / 2`` table of packed outer products (64 MB in float64) that a
+:class:`FeatureGram` keeps for the shared-factor route (:attr:`FeatureGram.outer`)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,17 @@ class FeatureGram:
         return self.left.new_zeros(*size)
 
     def detach(self) -> FeatureGram:
-        return FeatureGram(self.left.detach(), self.right.detach())
+        return self._sharing_outer(FeatureGram(self.left.detach(), self.right.detach()), detach=True)
+
+    def _sharing_outer(self, child: FeatureGram, detach: bool = False) -> FeatureGram:
+        """``child`` (same left factor rows) with this Gram matrix's :attr:`outer` (computed once,
+        here), so that an inner loop that detaches or indexes a class every step reuses it. Formed
+        with autograd on even under ``no_grad``: the cache serves differentiable uses too."""
+        with torch.enable_grad():
+            outer = self.outer
+        if outer is not None:
+            child.__dict__["outer"] = outer.detach() if detach else outer
+        return child
 
     def to(self, dtype: torch.dtype) -> FeatureGram:
         return FeatureGram(self.left.to(dtype), self.right.to(dtype))
@@ -87,10 +101,59 @@ class FeatureGram:
                              for t in (self.left, self.right)))
 
     def __getitem__(self, index: int | slice) -> FeatureGram:
-        return FeatureGram(*(t[index] if t.ndim > 2 else t for t in (self.left, self.right)))
+        return self._sharing_outer(
+            FeatureGram(*(t[index] if t.ndim > 2 else t for t in (self.left, self.right))))
 
     def __matmul__(self, x: Tensor) -> Tensor:
         return self.left @ (self.right.transpose(-1, -2) @ x)
+
+    @cached_property
+    def outer(self) -> Tensor | None:
+        """The outer products ``phi_n phi_n^T`` of the left factor's rows, upper triangles packed,
+        ``[N, D (D + 1) / 2]``, when one factor is shared by the whole batch (no leading axes, or
+        expanded with stride 0) and the table has at most :data:`PACKED_MAX_ELEMENTS`; else
+        ``None``. With it, ``Phi^T diag(lam_c) Phi`` for every class is the one product
+        ``lam @ outer`` and the quadratic forms ``phi_n^T M_c phi_n`` are ``pack(M) @ outer^T``:
+        two GEMMs per factorisation instead of batched products and triangular solves over
+        ``[C, N, D]`` temporaries. Computed once per Gram matrix and reused by every inner step
+        that refactorises it with new sites."""
+        phi = self.left
+        if any(phi.stride(i) != 0 and phi.shape[i] != 1 for i in range(phi.ndim - 2)):
+            return None
+        n, d = phi.shape[-2:]
+        if n * d * (d + 1) // 2 > PACKED_MAX_ELEMENTS:
+            return None
+        return packed_outer(phi[(0,) * (phi.ndim - 2)])
+
+
+@cache
+def _packing(dim: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Row and column of each packed upper-triangle entry, the packed position of every entry of a
+    ``dim x dim`` matrix (flattened), and the weights 1 (diagonal) / 2 (off it)."""
+    rows, cols = torch.triu_indices(dim, dim, device=device)
+    where = torch.empty(dim, dim, dtype=torch.long, device=device)
+    where[rows, cols] = torch.arange(rows.numel(), device=device)
+    where[cols, rows] = where[rows, cols]
+    return rows, cols, where.flatten(), torch.where(rows == cols, 1.0, 2.0).to(device)
+
+
+def packed_outer(phi: Tensor) -> Tensor:
+    """``phi_n phi_n^T`` for the rows of ``phi`` ``[N, D]``, upper triangles packed."""
+    rows, cols, _, _ = _packing(phi.shape[-1], phi.device)
+    return phi[:, rows] * phi[:, cols]
+
+
+def unpack_symmetric(packed: Tensor, dim: int) -> Tensor:
+    """``[..., D, D]`` symmetric matrices from their packed upper triangles ``[..., D (D + 1) /
+    2]`` (the layout of :attr:`FeatureGram.outer`); a gather, so autograd passes through."""
+    return packed[..., _packing(dim, packed.device)[2]].view(*packed.shape[:-1], dim, dim)
+
+
+def pack_symmetric(M: Tensor) -> Tensor:
+    """The packed upper triangles of symmetric ``M`` ``[..., D, D]``, off-diagonal entries doubled:
+    ``pack_symmetric(M) @ outer[n]`` is ``phi_n^T M phi_n``."""
+    rows, cols, _, weight = _packing(M.shape[-1], M.device)
+    return M[..., rows, cols] * weight.to(M.dtype)
 
 
 Gram = Tensor | FeatureGram

@@ -43,11 +43,38 @@ class Likelihood(Protocol):
         ...
 
 
-def _draw_softmax(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``s = softmax(f_s)`` ``[N, C, S]`` for ``f_s = mean + sqrt(var) * draws_s``, in ``draws``'
-    dtype with the draws on the last axis, plus the per-draw ``logsumexp`` parts (total, shift)."""
-    dt = draws.dtype
-    f = torch.addcmul(mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None], draws.T)
+CHUNK_ELEMENTS = 2**17
+"""Points x classes x draws above which :func:`softmax_draw_moments` goes block by block of
+points, each block contiguous and at most this size (512 KB in float32): a whole ``[N, C, S]``
+tensor (51 MB at 1,000 points, 50 classes, 256 draws) would go through memory once per pass,
+page-fault on first touch on every call, and, laid out as the strides of transposed marginals
+dictate (points innermost), make every reduction strided (~20x slower there). Up to it the
+tensor is formed in one piece, as before blocks existed, so small problems (the quick suite's
+5-way episodes) keep their exact float32 rounding."""
+
+
+def _blocks(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+    """``mean``, ``var`` ``[P, C]`` whole (small problems) or in contiguous blocks of points, and
+    the draws transposed, ``[C, S]`` (contiguous with the blocks, so that each block's ``[n, C,
+    S]`` tensor is contiguous with the draws innermost)."""
+    (P, C), S = mean.shape, draws.shape[0]
+    if P * C * S <= CHUNK_ELEMENTS:
+        return [(mean, var)], draws.T
+    step = max(1, CHUNK_ELEMENTS // (C * S))
+    return ([(mean[i:i + step].contiguous(), var[i:i + step].contiguous())
+             for i in range(0, P, step)], draws.T.contiguous())
+
+
+def _draw_softmax(mean: Tensor, var: Tensor, draws_t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``s = softmax(f_s)`` ``[n, C, S]`` for ``f_s = mean + sqrt(var) * z_s`` (marginals
+    ``[n, C]``, draws transposed ``[C, S]``), in the draws' dtype with the draws on the last axis,
+    plus the per-draw ``logsumexp`` parts (total, shift) ``[n, 1, S]``."""
+    dt = draws_t.dtype
+    mean, sd = mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None]
+    # a block: mul + add_ (3x faster than addcmul's broadcast in this layout); one piece:
+    # addcmul, as before blocks existed (the same rounding)
+    f = (torch.mul(sd, draws_t).add_(mean) if draws_t.is_contiguous()
+         else torch.addcmul(mean, sd, draws_t))
     shift = f.amax(-2, keepdim=True)
     e = f.sub_(shift).exp_()
     total = e.sum(-2, keepdim=True)
@@ -55,10 +82,11 @@ def _draw_softmax(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[Tensor, Ten
 
 
 class _DrawMoments(torch.autograd.Function):
-    """:func:`softmax_draw_moments` with a backward that recomputes the ``[N, C, S]`` softmax
-    instead of saving it: autograd would keep five such tensors per call, and in the unrolled
+    """:func:`softmax_draw_moments` with a backward that recomputes the per-draw softmax instead of
+    saving it: autograd would keep five ``[N, C, S]`` tensors per call, and in the unrolled
     meta-training step their allocation churn (fresh pages from the allocator on every step) cost
-    more than the arithmetic (``benchmarks/md_bfsc/cost.py``).
+    more than the arithmetic (``benchmarks/md_bfsc/cost.py``). Both passes go block by block of
+    points above :data:`CHUNK_ELEMENTS`.
 
     With ``s`` the per-draw softmax and incoming gradients ``G0 [N]`` (``E[lse]``), ``G1``
     (``E[s]``), ``G2`` (``E[s^2]``), the chain rule through ``d s_k / d f_c = s_k (delta_kc - s_c)``
@@ -69,34 +97,49 @@ class _DrawMoments(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mean: Tensor, var: Tensor, draws: Tensor, weights: Tensor | None,
                 ) -> tuple[Tensor, Tensor, Tensor]:
-        s, total, shift = _draw_softmax(mean, var, draws)
         ctx.save_for_backward(mean, var, draws, weights)
-        if weights is None:
-            lse = (total.log_() + shift).mean((-2, -1))
-            return lse.to(mean.dtype), s.mean(-1).to(mean.dtype), s.square_().mean(-1).to(mean.dtype)
-        lse = ((total.log_() + shift)[..., 0, :] * weights).sum(-1)
-        return (lse.to(mean.dtype), (s * weights).sum(-1).to(mean.dtype),
-                (s.square_() * weights).sum(-1).to(mean.dtype))
+        C = mean.shape[-1]
+        parts = []
+        blocks, draws_t = _blocks(mean.reshape(-1, C), var.reshape(-1, C), draws)
+        for m, v in blocks:
+            s, total, shift = _draw_softmax(m, v, draws_t)
+            if weights is None:
+                parts.append(((total.log_() + shift).mean((-2, -1)), s.mean(-1),
+                              s.square_().mean(-1)))
+            else:
+                parts.append((((total.log_() + shift)[..., 0, :] * weights).sum(-1),
+                              (s * weights).sum(-1), (s.square_() * weights).sum(-1)))
+        lse, m1, m2 = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
+        return (lse.reshape(mean.shape[:-1]).to(mean.dtype), m1.reshape(mean.shape).to(mean.dtype),
+                m2.reshape(mean.shape).to(mean.dtype))
 
     @staticmethod
     def backward(ctx, g0: Tensor, g1: Tensor, g2: Tensor) -> tuple[Tensor, Tensor, None, None]:
         mean, var, draws, weights = ctx.saved_tensors
-        dt, S = draws.dtype, draws.shape[0]
-        s = _draw_softmax(mean, var, draws)[0]
-        if weights is None:
-            a = (g1.to(dt) / S)[..., None]                   # [N, C, 1]
-            b = (g2.to(dt) * (2 / S))[..., None]
-            a0 = (g0.to(dt) / S)[..., None, None]
-        else:                                                # the weights in place of 1 / S
-            a = g1.to(dt)[..., None] * weights               # [N, C, S]
-            b = (g2.to(dt) * 2)[..., None] * weights
-            a0 = g0.to(dt)[..., None, None] * weights
-        inner = a + b * s                                    # G1_c + 2 G2_c s_c (scaled)
-        centred = inner.mul_(s).sum(-2, keepdim=True)        # sum_k (...) s_k
-        grad_f = torch.addcmul(a0 + a, b, s).sub_(centred).mul_(s)
+        dt, (C, S) = draws.dtype, (mean.shape[-1], draws.shape[0])
+        g0, g1, g2 = g0.reshape(-1).to(dt), g1.reshape(-1, C).to(dt), g2.reshape(-1, C).to(dt)
+        parts, start = [], 0
+        blocks, draws_t = _blocks(mean.reshape(-1, C), var.reshape(-1, C), draws)
+        for m, v in blocks:
+            b = slice(start, start + m.shape[0])
+            start = b.stop
+            s = _draw_softmax(m, v, draws_t)[0]
+            if weights is None:
+                a = (g1[b] / S)[..., None]                   # [n, C, 1]
+                c2 = (g2[b] * (2 / S))[..., None]
+                a0 = (g0[b] / S)[..., None, None]
+            else:                                            # the weights in place of 1 / S
+                a = g1[b][..., None] * weights               # [n, C, S]
+                c2 = (g2[b] * 2)[..., None] * weights
+                a0 = g0[b][..., None, None] * weights
+            inner = a + c2 * s                               # G1_c + 2 G2_c s_c (scaled)
+            centred = inner.mul_(s).sum(-2, keepdim=True)    # sum_k (...) s_k
+            grad_f = torch.addcmul(a0 + a, c2, s).sub_(centred).mul_(s)
+            parts.append((grad_f.sum(-1), (grad_f * draws_t).sum(-1)))
+        grad_mean, grad_sd = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
+        grad_mean = grad_mean.reshape(mean.shape).to(mean.dtype)
+        grad_sd = grad_sd.reshape(mean.shape).to(mean.dtype)
         sd = var.clamp_min(0).sqrt()
-        grad_mean = grad_f.sum(-1).to(mean.dtype)
-        grad_sd = (grad_f * draws.T).sum(-1).to(mean.dtype)
         grad_var = torch.where(var > 0, grad_sd / (2 * sd.clamp_min(1e-300)), torch.zeros_like(var))
         return grad_mean, grad_var, None, None
 
@@ -108,11 +151,11 @@ def softmax_draw_moments(mean: Tensor, var: Tensor, rule: Rule | Tensor
     ``[S, C]`` (a tensor of draws is an equal-weight rule).
 
     The ``[N, C, S]`` work is done in ``draws``' dtype (float32 by default: its rounding, ~1e-7,
-    is far below any estimator error) with the draws on the last axis so that the reductions over
-    the few classes and over the draws run on contiguous rows; results come back in ``mean``'s
-    dtype. This is the inner loop's whole per-point cost, hence written out by hand (a max-shifted
-    exp, one sum, one division) rather than through ``log_softmax``, which is slow for small C, and
-    differentiated by :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
+    is far below any estimator error), block by block of contiguous points above
+    :data:`CHUNK_ELEMENTS`; results come back in ``mean``'s dtype. Leading axes of ``mean`` beyond
+    ``[N, C]`` are flattened into the points. This is the inner loop's whole per-point cost,
+    hence written out by hand (a max-shifted exp, one sum, one division) and differentiated by
+    :class:`_DrawMoments`, which keeps no ``[N, C, S]`` tensor between passes.
     """
     rule = rule if isinstance(rule, Rule) else Rule(rule)
     weights = None if rule.weights is None else rule.weights.to(rule.points.dtype)

@@ -15,7 +15,13 @@ import torch
 from torch import Tensor
 
 from zoo.episode import Episode
-from zoo.expectations import Estimator, FusedIntegrand, Integrand, build_estimator
+from zoo.expectations import (
+    Estimator,
+    FusedIntegrand,
+    Integrand,
+    PerPoint,
+    build_estimator,
+)
 from zoo.hparams import HParam
 from zoo.jitter import JitterPolicy
 from zoo.method import Method, Prediction, draw_seed
@@ -67,6 +73,8 @@ class LatentGaussianMethod(Method):
         the episode (:func:`zoo.method.draw_seed` with ``salt``)."""
         estimator = self.estimator(**fallback)
         g = self.link if integrand is None else integrand
+        if integrand is None and type(estimator).expect is Estimator.expect:  # a plain rule
+            g = PerPoint(g)
         return estimator.expect(g, mean, var, seed=draw_seed(episode, salt)).value
 
     def predict(self, episode: Episode) -> Prediction:

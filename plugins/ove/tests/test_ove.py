@@ -9,7 +9,7 @@ from zoo_ove import OVE, Pairs
 
 from zoo import Episode
 from zoo.gp import SitePosterior, prior_draws
-from zoo.gram import dense
+from zoo.gram import FeatureGram, dense
 from zoo.kernels import RBFKernel
 from zoo.polyagamma import augmented_log_marginal
 from zoo.testing import IdentityBackbone, check_algebra_routes, check_method, line_episode
@@ -179,13 +179,68 @@ def test_conformance_20_way():
     check_method("ove", settings=((20, 5),), chains=2, test_steps=2)
 
 
-@pytest.mark.parametrize("loss", ["ml", "pl"])
-def test_feature_route_equals_dense_route(monkeypatch, loss):
-    """The blocked Gibbs sweeps on the feature route; the chains start from the same prior draws
-    (the route's own draws, ``Phi w``, are exact too but use the generator differently)."""
+@pytest.mark.parametrize(("loss", "sampler"), [("ml", "blocked"), ("pl", "blocked"),
+                                               ("ml", "joint")])
+def test_feature_route_equals_dense_route(monkeypatch, loss, sampler):
+    """The Gibbs sweeps and the pair-space algebra (predictive, ML objective, joint sampler) on
+    the feature route; the chains start from the same prior draws (the route's own draws,
+    ``Phi w``, are exact too but use the generator differently)."""
     monkeypatch.setattr(zoo_ove, "prior_draws", lambda K, n, g: prior_draws(dense(K), n, g))
     check_algebra_routes(OVE, "query_probs", loss=loss, test_steps=3, chains=2,
-                         pg_sampler="torch")
+                         pg_sampler="torch", sampler=sampler)
+
+
+def _factors(scale: float, shared: bool):
+    g = torch.Generator().manual_seed(5)
+    C, n, Q, D = 3, 7, 4, 2
+    phi = torch.randn(n + Q, D, generator=g, dtype=torch.float64) * scale
+    phi[1] = phi[0]  # duplicated point: K singular beyond rank D as well
+    phi = phi if shared else phi * torch.tensor([1.0, 1.7, 0.6], dtype=torch.float64)[:, None, None]
+    phi = phi.requires_grad_()
+    y = torch.tensor([0, 2, 1, 2, 0, 1, 1])
+    return phi, y, C, n
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_pair_factor_reproduces_the_difference_covariances(shared):
+    phi, y, C, n = _factors(1.0, shared)
+    pairs = Pairs(y, C)
+    full = phi.expand(C, *phi.shape[-2:])
+    K = full @ full.mT
+    Psi = pairs.factor(phi[..., :n, :], C)
+    assert torch.allclose(Psi @ Psi.T, pairs.prior_cov(K[:, :n, :n]), atol=1e-12)
+    R = pairs.query_factor(phi[..., n:, :], C)
+    cross = pairs.cross_cov(K[:, :n, n:])
+    assert torch.allclose(Psi @ R.T, cross.permute(1, 2, 0).reshape(len(pairs.point), -1),
+                          atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3])
+def test_pair_space_feature_route_equals_the_dense_route(scale):
+    """Class scores (joint predictive per query) and the ML objective with its gradient, through
+    Woodbury on ``Psi`` against the dense ``M x M`` algebra and the closed-form gradient, to 1e-8
+    in float64 on a singular kernel (rank 2 < 7 points, a duplicated point, a tiny scale)."""
+    results = {}
+    for route in ("dense", "features"):
+        phi, y, C, n = _factors(scale, shared=True)
+        pairs = Pairs(y, C)
+        g = torch.Generator().manual_seed(6)
+        w = torch.rand(3, len(pairs.point), generator=g, dtype=torch.float64) + 0.05
+        method = OVE(IdentityBackbone(2), way=C, kernel=RBFKernel(2), algebra=route)
+        gram = FeatureGram.of(phi[:n]).expand(C)
+        Kss = gram if route == "features" else dense(gram)
+        Ksq = FeatureGram(phi[:n], phi[n:]).expand(C)
+        Ksq = Ksq if route == "features" else dense(Ksq)
+        kqq = phi[n:].pow(2).sum(-1).expand(C, -1)
+        K_psi = method.pair_gram(Kss, pairs)
+        assert isinstance(K_psi, FeatureGram) == (route == "features")
+        post = method.posterior(K_psi, w, torch.full_like(w, 0.5), line_episode())
+        scores = method.class_log_scores(post, pairs, Ksq, kqq)
+        ml = method.mean_log_marginal(Kss, pairs, w, line_episode())
+        (grad,) = torch.autograd.grad(scores.sum() + ml, phi)
+        results[route] = scores.detach(), ml.detach(), grad
+    for a, b in zip(results["features"], results["dense"], strict=True):
+        assert torch.allclose(a, b, atol=1e-8 * b.abs().max().clamp_min(1))
 def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():
     """Class scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` by the method's Gauss-Hermite
     rule on each pairwise difference, against Monte Carlo on the joint Gaussian predictive of

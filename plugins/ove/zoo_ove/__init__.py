@@ -18,7 +18,10 @@ exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2
   f_{c'}(n)``; for ``y_n != c``: precision ``w_{n c}``, natural mean ``-1/2 + w_{n c} f_{y_n}(n)``.
 
 Both chains start from a prior draw of ``f``. The predictive and the ML objective condition on the
-chains' last ``w`` through the ``M x M`` joint algebra once per episode (not once per step).
+chains' last ``w`` through the joint algebra of ``psi`` once per episode (not once per step):
+``M x M`` (one batched Cholesky for all chains), or, when the kernel has a finite feature map
+(``f_c = Phi_c u_c``), Woodbury on ``K_psi = Psi Psi^T`` in the ``C D`` weights (:meth:`Pairs.factor`),
+whichever :func:`~zoo.gram.choose_route` finds cheaper.
 
 Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(y | w)`` of support
 and query together at the chains' last ``w``; ``pl``, the log predictive probability of the query
@@ -49,8 +52,8 @@ from torch import Tensor
 import zoo
 from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, SitePosterior, prior_draws
-from zoo.gram import dense
+from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, prior_draws
+from zoo.gram import FeatureGram, Gram, choose_route, dense
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
@@ -77,6 +80,31 @@ class Pairs:
             return same * K[a[:, None], p[:, None], p[None, :]]
 
         return block(y, y) - block(y, c) - block(c, y) + block(c, c)
+
+    def factor(self, phi: Tensor, way: int) -> Tensor:
+        """``Psi`` ``[M, C D]`` with ``Psi Psi^T = K_psi`` from per-class factors ``K_c = Phi_c
+        Phi_c^T`` (``phi`` ``[C, n, D]``, or ``[n, D]`` shared): with ``f_c = Phi_c u_c``,
+        ``psi_m = phi_y(n)^T u_y - phi_c(n)^T u_c``, so row ``m`` holds ``phi_y(n)`` in block ``y``
+        and ``-phi_c(n)`` in block ``c``."""
+        phi = phi.expand(way, *phi.shape[-2:])
+        M, D = len(self.point), phi.shape[-1]
+        rows = torch.arange(M, device=phi.device)
+        out = phi.new_zeros(M, way, D)
+        out[rows, self.label] = phi[self.label, self.point]
+        out[rows, self.other] = -phi[self.other, self.point]
+        return out.reshape(M, way * D)
+
+    @staticmethod
+    def query_factor(phi_q: Tensor, way: int) -> Tensor:
+        """The factor ``[Q C, C D]`` of the class functions at the queries, row ``q C + c`` holding
+        ``phi_c(x_q)`` in block ``c`` (``phi_q`` ``[C, Q, D]`` or ``[Q, D]``): with
+        :meth:`factor`, ``Psi R^T`` is :meth:`cross_cov` laid out as ``[M, Q C]``."""
+        phi_q = phi_q.expand(way, *phi_q.shape[-2:]).transpose(0, 1)  # [Q, C, D]
+        Q, D = phi_q.shape[0], phi_q.shape[-1]
+        cls = torch.arange(way, device=phi_q.device)
+        out = phi_q.new_zeros(Q, way, way, D)
+        out[:, cls, cls] = phi_q
+        return out.reshape(Q * way, way * D)
 
     def cross_cov(self, Ksq: Tensor) -> Tensor:
         """``Cov(psi_m, f_c(x_q))`` ``[C, M, Q]`` from per-class ``Ksq`` ``[C, n, Q]``."""
@@ -154,7 +182,7 @@ class OVE(GPMethod):
         f = priors[0].clone()
         psi = pairs.apply(f)
         kappa = torch.full_like(psi, 0.5)
-        K_psi = None if blocked else pairs.prior_cov(dense(K))
+        K_psi = None if blocked else self.pair_gram(K, pairs)
         trace = []
         w = kappa
         for step in range(1, steps + 1):
@@ -200,12 +228,13 @@ class OVE(GPMethod):
         Gaussian predictive, by the ``estimator`` (Gauss-Hermite, ``quadrature`` nodes, by default)
         on each pairwise difference, a one-dimensional Gaussian."""
         C, _, Q = Ksq.shape
-        cross = pairs.cross_cov(dense(Ksq))  # [C, M, Q]
-        flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
+        if isinstance(post, FeatureSitePosterior):  # the pair space's factor Psi, [M, C D]
+            flat: Gram = FeatureGram(post.phi, pairs.query_factor(Ksq.right, C))
+        else:
+            cross = pairs.cross_cov(dense(Ksq))  # [C, M, Q]
+            flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
         mean, _ = post.predict(flat, kqq.T.reshape(-1))
-        V = post.whiten(flat).unflatten(-1, (Q, C))  # [R, M, Q, C]
-        cov = -torch.einsum("rmqc,rmqd->rqcd", V, V)
-        cov = cov + torch.diag_embed(kqq.T)  # independent class priors
+        cov = torch.diag_embed(kqq.T) - post.explained_blocks(flat, C)  # [R, Q, C, C]
         mean = mean.unflatten(-1, (Q, C))
         diff_mean = mean[..., :, None] - mean[..., None, :]
         var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
@@ -222,7 +251,7 @@ class OVE(GPMethod):
         w, _, trace = self.gibbs(mats.Kss, episode.support_y, steps, episode,
                                  episode_generator(episode))
         kappa = torch.full_like(w, 0.5)
-        post = self.posterior(pairs.prior_cov(dense(mats.Kss)), w, kappa, episode)
+        post = self.posterior(self.pair_gram(mats.Kss, pairs), w, kappa, episode)
         scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
         return torch.softmax(scores, -1).mean(0), trace
 
@@ -236,19 +265,37 @@ class OVE(GPMethod):
         w, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
         return -self.mean_log_marginal(K, Pairs(y, episode.way), w, episode) / y.numel()
 
-    def mean_log_marginal(self, K: Tensor, pairs: Pairs, w: Tensor, episode: Episode) -> Tensor:
+    def pair_gram(self, K: Gram, pairs: Pairs) -> Gram:
+        """The prior covariance ``K_psi`` of the pairwise differences: from per-class factors, the
+        factor ``Psi`` (:meth:`Pairs.factor`, Woodbury in ``C D``) when the route is forced
+        (``algebra`` features or nystrom) or cheaper than the dense ``M x M`` one
+        (:func:`~zoo.gram.choose_route` with ``M`` points and ``C D`` features), else dense."""
+        if isinstance(K, FeatureGram):
+            C, M = K.shape[0], len(pairs.point)
+            if (self.hparams["algebra"] != "auto"
+                    or choose_route("auto", M, C * K.rank) == "features"):
+                return FeatureGram.of(pairs.factor(K.left, C))
+        return pairs.prior_cov(dense(K))
+
+    def mean_log_marginal(self, K: Gram, pairs: Pairs, w: Tensor, episode: Episode) -> Tensor:
         """``log p(y | w)`` averaged over the chains' ``w`` ``[R, M]``, differentiable in ``K``
         ``[C, n, n]`` through its closed-form gradient instead of autograd through the ``M x M``
         Cholesky (several times cheaper). With ``z = kappa / w`` it is ``log N(z | 0, K_psi +
         W^-1) + const``, so ``d/dK_psi = (a a^T - S B^-1 S) / 2`` (``a`` the posterior's
         ``alpha``), pulled back to ``K`` by :meth:`Pairs.pullback`. The value is returned with
-        that first derivative attached (a linear surrogate), which is all a meta-gradient needs."""
-        K = dense(K)  # the pair-space algebra is dense (M x M)
+        that first derivative attached (a linear surrogate), which is all a meta-gradient needs.
+        On the pair space's factor (:meth:`pair_gram`) it is autograd through the ``C D x C D``
+        Woodbury algebra instead."""
+        kappa = torch.full_like(w, 0.5)
+        K_psi = self.pair_gram(K, pairs)
+        if isinstance(K_psi, FeatureGram):
+            post = self.posterior(K_psi, w, kappa, episode)
+            return augmented_log_marginal(post, 1.0, kappa).mean()
+        K = dense(K)
         C, n = K.shape[0], K.shape[-1]
         K_fixed = K.detach()
-        kappa = torch.full_like(w, 0.5)
         with torch.no_grad():
-            post = self.posterior(pairs.prior_cov(K_fixed), w, kappa, episode)
+            post = self.posterior(K_psi.detach(), w, kappa, episode)
             value = augmented_log_marginal(post, 1.0, kappa).mean()
             if not K.requires_grad:
                 return value
