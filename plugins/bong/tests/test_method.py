@@ -15,6 +15,7 @@ SHORT = {"stream_length": 20, "eval_steps": [0, 20]}
 
 @pytest.mark.parametrize("hparams", [
     {"network": "linear"},
+    {"network": "linear", "family": "dg", "dg_mean": "vd-ekf"},
     {"network": "mlp", "rule": "blr", "curvature": "mc-ef", "family": "dg", "samples": 4,
      "predictive": "lin-mc", "predictive_samples": 4},
     {"network": "cnn", "rule": "bbb", "family": "dlr", "rank": 2, "iterations": 2, "alpha": 1e-3,
@@ -27,6 +28,8 @@ def test_bong_conforms_to_the_sequential_kind(hparams):
 def test_untractable_combinations_are_refused_naming_the_accepted_ones():
     with pytest.raises(HyperParameterError, match="'bong'.*mc-hess.*dlr.*not tractable.*fc: mc-ef"):
         Bong(dim=64, classes=10, curvature="mc-hess", family="dlr")
+    with pytest.raises(HyperParameterError, match="dg_mean = 'vd-ekf' applies only to family"):
+        Bong(dim=64, classes=10, family="dlr", dg_mean="vd-ekf")
     assert "bbb/mc-ef/dlr" in tractable_combinations()
     assert "bong/mc-hess/dg-mom" in tractable_combinations()
 
