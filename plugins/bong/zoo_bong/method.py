@@ -3,9 +3,10 @@
 One method, every tractable cell of Jones et al. (2024)'s table as hyper-parameters: ``rule``
 (bong, bog, blr, bbb), ``curvature`` (mc-hess, mc-ef, lin-hess, lin-ef), ``family`` (fc, fc-mom,
 dg with ``dg_mean`` ngd or vd-ekf, dg-mom, dlr with ``rank``), dynamics ``gamma``, ``q``; e.g.
-``--set bong.rule=blr --set bong.curvature=lin-ef``. The prior is ``N(theta_0, prior_var I)`` around the network's seeded
-initial weights; the predictive is the plug-in ``p(y | x, mu)``, Monte Carlo over ``theta ~ q`` or
-linearised Monte Carlo (``f(x, mu) + F (theta - mu)``, footnote 2), averaging probabilities.
+``--set bong.rule=blr --set bong.curvature=lin-ef``. The prior is ``N(theta_0, prior_var I)``
+around the network's seeded initial weights; the predictive is the plug-in ``p(y | x, mu)``, Monte
+Carlo over ``theta ~ q`` or linearised Monte Carlo (``f(x, mu) + F (theta - mu)``, footnote 2),
+averaging probabilities.
 """
 
 from __future__ import annotations
