@@ -66,3 +66,20 @@ def test_validation_streams_never_see_the_test_examples():
     assert not set(val_held.tolist()) & set(data.held_out.tolist())
     assert not set(val_pool.tolist()) & set(val_held.tolist())
     assert torch.equal(data.indices("test")[1], data.held_out)
+
+
+def test_mnist_stream_names_the_four_files_and_where_they_go(tmp_path):
+    from zoo.data.streams import load_mnist_stream
+    from zoo.errors import DataMissingError
+
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte.gz").touch()
+    (raw / "t10k-labels-idx1-ubyte").touch()
+    with pytest.raises(DataMissingError) as err:
+        load_mnist_stream(tmp_path, download=False)
+    message = str(err.value)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte", "DIR/mnist/MNIST/raw/", "--data-dir DIR"):
+        assert name in message
+    assert "missing: train-labels-idx1-ubyte, t10k-images-idx3-ubyte)" in message
