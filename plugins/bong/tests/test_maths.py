@@ -170,6 +170,27 @@ def test_blr_with_one_step_of_rate_one_is_bong_in_every_curvature(family):
             torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_blr_with_one_step_of_rate_alpha_is_bong_on_the_likelihood_tempered_by_alpha(family):
+    # at the predicted belief the KL's gradient vanishes, so one BLR step of rate a is one BONG
+    # step with (g, G) -> (a g, a G): the likelihood raised to the power a (a damped update)
+    xs, ys, lik = linear_gaussian(1)
+    xs, ys = 0.1 * xs, 0.1 * ys
+    q = _beliefs()[family]
+    alpha = 0.3
+    for kind in TRACTABLE[family]:
+        est = estimator(kind, lik, xs[0], ys[0])
+
+        def tempered(belief, est=est):
+            c = est(belief)
+            return Curvature(alpha * c.g, root=None if c.root is None else alpha ** 0.5 * c.root,
+                             diag=None if c.diag is None else alpha * c.diag)
+        blr = update(q, est, "blr", alpha, 1)
+        bong = update(q, tempered, "bong", 1.0)
+        for a, b in zip(_fields(bong), _fields(blr)):
+            torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("family", ["fc", "dg", "dlr"])
 def test_bong_ignores_alpha_and_bog_with_tiny_alpha_leaves_the_belief(family):
     xs, ys, lik = linear_gaussian(1)
@@ -410,3 +431,10 @@ def test_bbb_on_the_dlr_family_converges_to_the_exact_posterior_through_the_kl_g
     mu, cov = kalman(q0.mu, q0.gaussian.covariance(), xs[0].reshape(C, P), ys[0], lik.noise)
     torch.testing.assert_close(q.mu, mu)
     torch.testing.assert_close(q.gaussian.covariance(), cov, atol=2e-3, rtol=0)
+
+
+def test_a_non_finite_gradient_is_a_belief_error_not_a_linear_algebra_crash():
+    q = prior_belief("dlr", torch.zeros(P), 1.0, rank=2)
+    nan = Curvature(torch.full((P,), float("nan")), root=torch.ones(P, 1))
+    with pytest.raises(BeliefError, match="diverged.*lower prior_var"):
+        update(q, lambda belief: nan, "bong", 1.0)
