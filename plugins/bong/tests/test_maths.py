@@ -192,6 +192,24 @@ def test_blr_with_one_step_of_rate_alpha_is_bong_on_the_likelihood_tempered_by_a
 
 
 @pytest.mark.parametrize("family", ["fc", "dg", "dlr"])
+def test_one_step_blr_along_a_stream_is_bong_with_the_prior_variance_times_alpha(family):
+    # by induction: if Lambda_blr = alpha Lambda' and the means agree, both linearise at the same
+    # mean and Lambda_blr - alpha G = alpha (Lambda' - G), mu + alpha (alpha Lambda')^-1 g =
+    # mu + Lambda'^-1 g; so BLR(alpha, v) has BONG(alpha v)'s means and 1 / alpha its covariance
+    xs, ys, lik = linear_gaussian(5)
+    xs, ys = 0.5 * xs, 0.5 * ys
+    alpha, mu0 = 0.4, torch.linspace(-1, 1, P)
+    blr = prior_belief(family, mu0, 2.0, rank=2)
+    bong = prior_belief(family, mu0, 2.0 * alpha, rank=2)
+    for t in range(5):
+        for kind in ("lin-hess", "lin-ef"):
+            blr = update(blr, estimator(kind, lik, xs[t], ys[t]), "blr", alpha, 1)
+            bong = update(bong, estimator(kind, lik, xs[t], ys[t]), "bong", 1.0)
+            torch.testing.assert_close(blr.mu, bong.mu)
+            torch.testing.assert_close(alpha * blr.gaussian.covariance(), bong.gaussian.covariance())
+
+
+@pytest.mark.parametrize("family", ["fc", "dg", "dlr"])
 def test_bong_ignores_alpha_and_bog_with_tiny_alpha_leaves_the_belief(family):
     xs, ys, lik = linear_gaussian(1)
     q = _beliefs()[family]
