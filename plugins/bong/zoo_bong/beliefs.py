@@ -217,10 +217,10 @@ class DiagNatural(Belief):
         if self.mean_rule == "vd-ekf" and curv.root is not None:
             base = _positive((1 - alpha) * self.prec + alpha * p.prec, self.family)
             unprojected = LowRankPrecisionGaussian(self.mu, base, alpha ** 0.5 * curv.root)
-            step = unprojected.solve_precision(g_vi[:, None])[:, 0]
+            mu = self.mu + alpha * unprojected.solve_precision(g_vi[:, None])[:, 0]
         else:
-            step = g_vi / prec
-        return DiagNatural.make(self.mu + alpha * step, prec, self.mean_rule)
+            mu = self.mu + alpha * g_vi / prec
+        return DiagNatural.make(mu, prec, self.mean_rule)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
                       ) -> DiagNatural:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.func import grad, jvp, vjp, vmap
+from torch.func import grad, jacrev, jvp, vjp, vmap
 
 from zoo_bong.likelihoods import Likelihood
 
@@ -56,21 +56,17 @@ def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y:
                hessian: bool) -> Curvature:
     """LIN-HESS (``hessian=True``) or LIN-EF, linearising the network at ``mean``.
 
-    One forward pass, then the pullback of the score ``s`` and, for LIN-HESS, of the ``C``
-    columns of the Fisher root ``A``, batched by ``vmap`` into one backward call: the rows
-    ``F^T s`` and ``F^T a_c`` are ``g`` and the columns of ``root``; ``F`` is never formed. ``root``
-    is the transpose of a row-major ``[C, P]`` tensor (the layout :mod:`zoo_bong.beliefs` joins
-    factors in).
+    LIN-HESS takes the Jacobian ``F [C, P]`` by ``jacrev`` (the ``C`` pullbacks batched by
+    ``vmap`` into one backward call), then ``g = F^T s`` and ``root = F^T A``; LIN-EF needs one
+    pullback of the score.
     """
+    if hessian:
+        f = model(mean, x)
+        jac = jacrev(model)(mean, x)  # [C, P]
+        return Curvature(jac.T @ likelihood.score(f, y), root=jac.T @ likelihood.fisher_root(f))
     f, pullback = vjp(lambda theta: model(theta, x), mean)
-    f = f.detach()
-    score = likelihood.score(f, y)
-    if not hessian:
-        (g,) = pullback(score)
-        return Curvature(g, root=g[:, None])
-    cotangents = torch.cat([score[None], likelihood.fisher_root(f).mT])  # [1 + C, C]
-    (rows,) = vmap(pullback)(cotangents)  # [1 + C, P]
-    return Curvature(rows[0], root=rows[1:].mT)
+    (g,) = pullback(likelihood.score(f.detach(), y))
+    return Curvature(g, root=g[:, None])
 
 
 def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, y: Tensor,
