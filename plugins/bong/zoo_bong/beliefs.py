@@ -276,7 +276,7 @@ def project_low_rank(ups: Tensor, w: Tensor, rank: int) -> tuple[Tensor, Tensor]
     is kept to machine precision even when ``w`` is rank-deficient; an eigenvector that rounding
     tilts only moves weight between kept and discarded directions of nearly equal size. Cost: two
     ``P x K`` products and an ``O(K^3)`` eigendecomposition (a Householder QR of the tall ``w``,
-    ``O(P K^2)`` as well, is 20-30 times slower in LAPACK on one core, ``benchmarks/bong/cost.py``).
+    ``O(P K^2)`` as well, is over ten times slower in LAPACK on one core; bong.md's cost section).
     """
     _, vecs = torch.linalg.eigh(w.mT @ w)  # ascending eigenvalues
     rows = vecs.flip(-1).mT @ w.mT  # [K, P]: (w V)^T, largest direction first
