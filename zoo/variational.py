@@ -7,8 +7,10 @@ A likelihood is seen only through its expectations under per-point Gaussian marg
 softmax likelihood takes them from an expectation rule (:mod:`zoo.expectations`) with a fused,
 hand-differentiated kernel. Two posteriors with free mean and covariance over ``f`` (in moment and
 in whitened coordinates) complement the core's site form :class:`~zoo.gp.SitePosterior`; all give
-marginals, the KL to the prior and the predictive at new points, so the ELBO
-``sum_n E_q[log p(y_n | f_n)] - sum_c KL(q_c || N(0, K_c))`` is written once.
+marginals, the KL to the prior (the Gaussian families' :func:`zoo.gaussians.kl_divergence`) and
+the predictive at new points, so the ELBO ``sum_n E_q[log p(y_n | f_n)] - sum_c KL(q_c || N(0,
+K_c))`` is written once. Parameter conversions of univariate Gaussians are
+:class:`zoo.gaussians.DiagonalGaussian`'s.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch import Tensor
 
 from zoo.errors import NumericalError
 from zoo.expectations import Rule
+from zoo.gaussians import DiagonalGaussian, FullGaussian, kl_divergence
 from zoo.gp import DTYPE
 
 
@@ -275,12 +278,9 @@ class FullGaussianPosterior:
         return torch.diagonal(self.S, dim1=-2, dim2=-1)
 
     def kl_to_prior(self) -> Tensor:
-        """``(tr K^-1 Sigma + m K^-1 m - n + log|K| - log|Sigma|) / 2``."""
-        A = torch.linalg.solve_triangular(self.LK, self.LS, upper=False)
-        b = torch.linalg.solve_triangular(self.LK, self.m[..., None], upper=False)[..., 0]
-        logdet = 2 * (torch.diagonal(self.LK, dim1=-2, dim2=-1).log()
-                      - torch.diagonal(self.LS, dim1=-2, dim2=-1).log()).sum(-1)
-        return 0.5 * (A.pow(2).sum((-2, -1)) + b.pow(2).sum(-1) - self.n + logdet)
+        """``KL(N(m, Sigma) || N(0, K))`` by :func:`zoo.gaussians.kl_divergence`."""
+        q = FullGaussian.from_moments(self.m, self.S, scale_tril=self.LS)
+        return kl_divergence(q, FullGaussian.from_scale_tril(torch.zeros_like(self.m), self.LK))
 
     def predict(self, Kxs: Tensor, kss: Tensor) -> tuple[Tensor, Tensor]:
         """``mean = Kxs^T K^-1 m``, ``var = kss - diag(Kxs^T K^-1 Kxs) + diag(A^T Sigma A)``."""
@@ -311,10 +311,9 @@ class WhitenedPosterior:
         return (self.LK @ self.LS).pow(2).sum(-1)
 
     def kl_to_prior(self) -> Tensor:
-        """``(tr S + a.a - n - log|S|) / 2``."""
-        logdet = 2 * torch.diagonal(self.LS, dim1=-2, dim2=-1).log().sum(-1)
-        return 0.5 * (torch.diagonal(self.S, dim1=-2, dim2=-1).sum(-1) + self.a.pow(2).sum(-1)
-                      - self.n - logdet)
+        """``KL(N(a, S) || N(0, I))`` by :func:`zoo.gaussians.kl_divergence`."""
+        q = FullGaussian.from_moments(self.a, self.S, scale_tril=self.LS)
+        return kl_divergence(q, DiagonalGaussian(torch.zeros_like(self.a), torch.ones_like(self.a)))
 
     def predict(self, Kxs: Tensor, kss: Tensor) -> tuple[Tensor, Tensor]:
         """With ``A = L^-1 Kxs``: ``mean = A^T a``, ``var = kss - diag(A^T A) + diag(A^T S A)``."""
@@ -323,24 +322,3 @@ class WhitenedPosterior:
         mean = (A.transpose(-1, -2) @ self.a[..., None])[..., 0]
         var = kss - A.pow(2).sum(-2) + (self.LS.transpose(-1, -2) @ A).pow(2).sum(-2)
         return mean, var.clamp_min(1e-12)
-
-
-# -- conversions between the three parameterisations of a univariate Gaussian ---------------------
-
-def natural_from_moments(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
-    """``(m, v) -> (eta1, eta2) = (m / v, -1 / (2 v))``."""
-    return mean / var, -0.5 / var
-
-
-def moments_from_natural(eta1: Tensor, eta2: Tensor) -> tuple[Tensor, Tensor]:
-    """``(eta1, eta2) -> (m, v) = (-eta1 / (2 eta2), -1 / (2 eta2))``."""
-    return -0.5 * eta1 / eta2, -0.5 / eta2
-
-
-def expectation_from_moments(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
-    """``(m, v) -> (mu1, mu2) = (E f, E f^2) = (m, v + m^2)``: the mean parameters."""
-    return mean, var + mean**2
-
-
-def moments_from_expectation(mu1: Tensor, mu2: Tensor) -> tuple[Tensor, Tensor]:
-    return mu1, mu2 - mu1**2

@@ -7,6 +7,9 @@ plug-in NLPD after the stream, averaged over ``--streams`` orderings. Prints one
 the chosen values, the lines that go into benchmarks/suites/online-quick.toml.
 
     nice -n 10 python benchmarks/bong/tune.py --dataset digits-stream --length 500
+
+At one iteration BBB is BOG exactly (the KL's gradient vanishes at the predicted belief), so its
+grid repeats BOG's numbers; BLR with ``alpha = 1`` is BONG exactly.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ ROWS = {
     "BONG-LIN-HESS-DLR-10": {"rule": "bong", "curvature": "lin-hess", "family": "dlr", "rank": 10},
     "BONG-LIN-HESS-DLR-1": {"rule": "bong", "curvature": "lin-hess", "family": "dlr", "rank": 1},
     "BONG-LIN-HESS-DG": {"rule": "bong", "curvature": "lin-hess", "family": "dg"},
+    "BONG-LIN-HESS-DG vd-ekf": {"rule": "bong", "curvature": "lin-hess", "family": "dg",
+                                "dg_mean": "vd-ekf"},
     "BONG-LIN-HESS-DG-MOM": {"rule": "bong", "curvature": "lin-hess", "family": "dg-mom"},
     "BONG-LIN-EF-DLR-10": {"rule": "bong", "curvature": "lin-ef", "family": "dlr", "rank": 10},
     "BONG-LIN-EF-DG": {"rule": "bong", "curvature": "lin-ef", "family": "dg"},
@@ -64,15 +69,20 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--samples", type=int, default=100, help="M of the mc-ef rows")
+    parser.add_argument("--prior-vars", default=",".join(map(str, PRIOR_VARS)))
+    parser.add_argument("--alphas", default=",".join(map(str, ALPHAS)),
+                        help="learning rates of the bog, blr, bbb rows")
     args = parser.parse_args()
+    prior_vars = [float(v) for v in args.prior_vars.split(",")]
+    alpha_grid = [float(v) for v in args.alphas.split(",")]
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     for name in args.rows.split(","):
         row = dict(ROWS[name])
         if row["curvature"].startswith("mc"):
             row["samples"] = args.samples
-        alphas = ALPHAS if row["rule"] != "bong" else (None,)
+        alphas = alpha_grid if row["rule"] != "bong" else (None,)
         results = {}
-        for prior_var, alpha in itertools.product(PRIOR_VARS, alphas):
+        for prior_var, alpha in itertools.product(prior_vars, alphas):
             hp = {**row, "prior_var": prior_var, **({"alpha": alpha} if alpha else {})}
             results[(prior_var, alpha)] = validation_nlpd(hp, data, args.length, args.streams)
             print(f"  {name} prior_var={prior_var} alpha={alpha}: val NLPD "

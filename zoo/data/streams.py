@@ -73,18 +73,9 @@ MNIST_STREAM, MNIST_VAL, MNIST_TEST = 2000, 500, 1000
 
 def load_mnist_stream(data_dir=None, download: bool = True) -> StreamData:
     """MNIST as Jones et al. (2024) stream it: 2,000 training images, 500 validation, 1,000 test."""
-    from torchvision.datasets import MNIST
+    from zoo.data.mnist import load_mnist
 
-    from zoo.data.base import data_root
-    from zoo.data.download import missing
-
-    root = data_root(data_dir) / "mnist"
-    try:
-        train, test = (MNIST(str(root), train=t, download=download) for t in (True, False))
-    except RuntimeError as err:
-        raise missing("MNIST's idx files", root / "MNIST" / "raw", "mnist-stream",
-                      f"torchvision could not load them ({err}); allow downloads.",
-                      layout="mnist/MNIST/raw") from None
+    train, test = load_mnist(data_dir, "mnist-stream", download)
     n_train = MNIST_STREAM + MNIST_VAL
     x = torch.cat([train.data[:n_train], test.data[:MNIST_TEST]]).reshape(-1, 784).float() / 255
     y = torch.cat([train.targets[:n_train], test.targets[:MNIST_TEST]]).long()

@@ -8,7 +8,9 @@ the base derives the rest in closed form:
 * ``variance()``: ``diag Sigma``; ``covariance()`` / ``precision()``: dense, for small sizes;
 * ``projected_variance(V)``: ``diag(V Sigma V^T)`` (dense by default, closed forms per family);
 * ``trace_precision_times(q)``: ``tr(Sigma^-1 Sigma_q)``, in closed form for a member of the same
-  family (and by the diagonal of ``Sigma_q`` when ``self`` is diagonal), densely otherwise.
+  family (and by the diagonal of ``Sigma_q`` when ``self`` is diagonal), densely otherwise;
+* ``logdet_ratio(q)``: ``log |Sigma| - log |Sigma_q|`` (the difference of ``logdet_cov``, or a
+  family's more accurate form).
 
 ``log_prob``, ``entropy`` and :func:`kl_divergence` are then the textbook formulas
 ``KL(q || p) = (tr(Sigma_p^-1 Sigma_q) + d^T Sigma_p^-1 d - P + log|Sigma_p| - log|Sigma_q|) / 2``
@@ -79,6 +81,10 @@ class Gaussian(ABC):
         """``tr(Sigma^-1 Sigma_q)``; this dense fallback is overridden by closed forms."""
         return (self.precision() * q.covariance()).sum((-2, -1))
 
+    def logdet_ratio(self, q: Gaussian) -> Tensor:
+        """``log |Sigma| - log |Sigma_q|`` (families may compute it more accurately)."""
+        return self.logdet_cov() - q.logdet_cov()
+
     def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
         """``n`` reparameterised samples ``[n, *batch, P]``."""
         z = torch.randn(n, *self.batch_shape, self.noise_dim, generator=generator,
@@ -105,7 +111,7 @@ def kl_divergence(q: Gaussian, p: Gaussian) -> Tensor:
     if q.dim != p.dim:
         raise ValueError(f"KL between Gaussians of different sizes: {q.dim} and {p.dim}")
     quad = p.precision_quadratic(q.mean - p.mean)
-    return 0.5 * (p.trace_precision_times(q) + quad - q.dim + p.logdet_cov() - q.logdet_cov())
+    return 0.5 * (p.trace_precision_times(q) + quad - q.dim + p.logdet_ratio(q))
 
 
 def _eye_like(x: Tensor, n: int) -> Tensor:

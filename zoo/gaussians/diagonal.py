@@ -1,7 +1,7 @@
-"""Diagonal Gaussians ``N(mean, diag var)``; natural parameters ``eta1 = mean / var``,
-``eta2 = -1 / (2 var)`` elementwise (the univariate conversions of :mod:`zoo.variational`, per
-coordinate). A diagonal ``p`` gives the KL from any family in closed form: only ``diag Sigma_q``
-enters ``tr(Sigma_p^-1 Sigma_q)``.
+"""Diagonal Gaussians ``N(mean, diag var)``, the univariate parameterisations per coordinate:
+natural parameters ``eta1 = mean / var``, ``eta2 = -1 / (2 var)``; mean (expectation) parameters
+``mu1 = E x = mean``, ``mu2 = E x^2 = var + mean^2``. A diagonal ``p`` gives the KL from any
+family in closed form: only ``diag Sigma_q`` enters ``tr(Sigma_p^-1 Sigma_q)``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ class DiagonalGaussian(Gaussian):
 
     def natural(self) -> tuple[Tensor, Tensor]:
         return self.mean / self.var, -0.5 / self.var
+
+    @classmethod
+    def from_mean_parameters(cls, mu1: Tensor, mu2: Tensor) -> DiagonalGaussian:
+        """From ``mu1 = E x`` and ``mu2 = E x^2``."""
+        return cls(mu1, mu2 - mu1**2)
+
+    def mean_parameters(self) -> tuple[Tensor, Tensor]:
+        """``(E x, E x^2) = (mean, var + mean^2)``."""
+        return self.mean, self.var + self.mean**2
 
     def moments(self) -> tuple[Tensor, Tensor]:
         return self.mean, self.var

@@ -23,15 +23,21 @@ class FullGaussian(Gaussian):
     :meth:`from_scale_tril`, :meth:`from_precision`, :meth:`from_precision_tril` or
     :meth:`from_natural`. ``parameterisation`` is ``"moment"`` or ``"natural"``."""
 
-    def __init__(self, mean: Tensor, tril: Tensor, parameterisation: str):
+    def __init__(self, mean: Tensor, tril: Tensor, parameterisation: str,
+                 covariance: Tensor | None = None):
         if parameterisation not in ("moment", "natural"):
             raise ValueError(f"parameterisation must be 'moment' or 'natural', got "
                              f"{parameterisation!r}")
         self.mean, self.tril, self.parameterisation = mean, tril, parameterisation
+        self._cov = covariance
 
     @classmethod
-    def from_moments(cls, mean: Tensor, cov: Tensor) -> FullGaussian:
-        return cls(mean, torch.linalg.cholesky(cov), "moment")
+    def from_moments(cls, mean: Tensor, cov: Tensor, scale_tril: Tensor | None = None
+                     ) -> FullGaussian:
+        """From ``Sigma`` (and its Cholesky factor if known); ``Sigma`` is kept, so
+        :meth:`covariance` and :meth:`variance` return it and its diagonal, not ``L L^T``."""
+        tril = torch.linalg.cholesky(cov) if scale_tril is None else scale_tril
+        return cls(mean, tril, "moment", cov)
 
     @classmethod
     def from_scale_tril(cls, mean: Tensor, scale_tril: Tensor) -> FullGaussian:
@@ -89,14 +95,28 @@ class FullGaussian(Gaussian):
         x = torch.linalg.solve_triangular(self.tril.mT, z[..., None], upper=True)
         return self.mean + x[..., 0]
 
+    def _half_log_diag(self) -> Tensor:
+        """``log diag`` of the factor, signed so that its sum is ``log |Sigma| / 2``."""
+        log_diag = torch.diagonal(self.tril, dim1=-2, dim2=-1).log()
+        return log_diag if self.parameterisation == "moment" else -log_diag
+
     def logdet_cov(self) -> Tensor:
-        half = torch.diagonal(self.tril, dim1=-2, dim2=-1).log().sum(-1)
-        return 2 * half if self.parameterisation == "moment" else -2 * half
+        return 2 * self._half_log_diag().sum(-1)
+
+    def logdet_ratio(self, q: Gaussian) -> Tensor:
+        """``log |Sigma| - log |Sigma_q|``; for a full ``q``, one sum of the factors' log-diagonal
+        differences, which cancel entry by entry when ``q`` is near ``self`` (a posterior near its
+        prior) instead of in the difference of two large sums."""
+        if isinstance(q, FullGaussian):
+            return 2 * (self._half_log_diag() - q._half_log_diag()).sum(-1)
+        return super().logdet_ratio(q)
 
     def precision_quadratic(self, d: Tensor) -> Tensor:
         return self.whiten(d[..., None]).pow(2).sum((-2, -1))
 
     def variance(self) -> Tensor:
+        if self._cov is not None:
+            return torch.diagonal(self._cov, dim1=-2, dim2=-1)
         return self.scale().pow(2).sum(-1)
 
     def projected_variance(self, V: Tensor) -> Tensor:
@@ -106,6 +126,8 @@ class FullGaussian(Gaussian):
         return torch.linalg.solve_triangular(self.tril, V.mT, upper=False).pow(2).sum(-2)
 
     def covariance(self) -> Tensor:
+        if self._cov is not None:
+            return self._cov
         if self.parameterisation == "moment":
             return self.tril @ self.tril.mT
         return torch.cholesky_inverse(self.tril)

@@ -6,6 +6,8 @@ operation costs ``O(P L^2 + L^3)`` through the ``L x L`` capacitance ``C = I + W
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 from torch import Tensor
 
@@ -20,8 +22,13 @@ class LowRankPrecisionGaussian(Gaussian):
     def __init__(self, mean: Tensor, diag: Tensor, factor: Tensor):
         self.mean, self.diag, self.factor = mean, diag, factor
         self.rank = factor.shape[-1]
-        inner = factor.mT @ (factor / diag[..., None])
-        self._cap_tril = torch.linalg.cholesky(_eye_like(factor, self.rank) + inner)
+
+    @cached_property
+    def _cap_tril(self) -> Tensor:
+        """Cholesky factor of the capacitance ``C = I + W^T diag^-1 W``, formed on first use (a
+        belief that is only updated and read at its mean never pays its ``O(P L^2)``)."""
+        inner = self.factor.mT @ (self.factor / self.diag[..., None])
+        return torch.linalg.cholesky(_eye_like(self.factor, self.rank) + inner)
 
     @classmethod
     def from_natural(cls, eta1: Tensor, diag: Tensor, factor: Tensor) -> LowRankPrecisionGaussian:

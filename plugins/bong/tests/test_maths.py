@@ -170,6 +170,45 @@ def test_blr_with_one_step_of_rate_one_is_bong_in_every_curvature(family):
             torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_blr_with_one_step_of_rate_alpha_is_bong_on_the_likelihood_tempered_by_alpha(family):
+    # at the predicted belief the KL's gradient vanishes, so one BLR step of rate a is one BONG
+    # step with (g, G) -> (a g, a G): the likelihood raised to the power a (a damped update)
+    xs, ys, lik = linear_gaussian(1)
+    xs, ys = 0.1 * xs, 0.1 * ys
+    q = _beliefs()[family]
+    alpha = 0.3
+    for kind in TRACTABLE[family]:
+        est = estimator(kind, lik, xs[0], ys[0])
+
+        def tempered(belief, est=est):
+            c = est(belief)
+            return Curvature(alpha * c.g, root=None if c.root is None else alpha ** 0.5 * c.root,
+                             diag=None if c.diag is None else alpha * c.diag)
+        blr = update(q, est, "blr", alpha, 1)
+        bong = update(q, tempered, "bong", 1.0)
+        for a, b in zip(_fields(bong), _fields(blr)):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("family", ["fc", "dg", "dlr"])
+def test_one_step_blr_along_a_stream_is_bong_with_the_prior_variance_times_alpha(family):
+    # by induction: if Lambda_blr = alpha Lambda' and the means agree, both linearise at the same
+    # mean and Lambda_blr - alpha G = alpha (Lambda' - G), mu + alpha (alpha Lambda')^-1 g =
+    # mu + Lambda'^-1 g; so BLR(alpha, v) has BONG(alpha v)'s means and 1 / alpha its covariance
+    xs, ys, lik = linear_gaussian(5)
+    xs, ys = 0.5 * xs, 0.5 * ys
+    alpha, mu0 = 0.4, torch.linspace(-1, 1, P)
+    blr = prior_belief(family, mu0, 2.0, rank=2)
+    bong = prior_belief(family, mu0, 2.0 * alpha, rank=2)
+    for t in range(5):
+        for kind in ("lin-hess", "lin-ef"):
+            blr = update(blr, estimator(kind, lik, xs[t], ys[t]), "blr", alpha, 1)
+            bong = update(bong, estimator(kind, lik, xs[t], ys[t]), "bong", 1.0)
+            torch.testing.assert_close(blr.mu, bong.mu)
+            torch.testing.assert_close(alpha * blr.gaussian.covariance(), bong.gaussian.covariance())
+
+
 @pytest.mark.parametrize("family", ["fc", "dg", "dlr"])
 def test_bong_ignores_alpha_and_bog_with_tiny_alpha_leaves_the_belief(family):
     xs, ys, lik = linear_gaussian(1)
@@ -304,6 +343,53 @@ def test_svd_projection_keeps_the_diagonal_and_the_top_spectrum():
     torch.testing.assert_close(torch.linalg.eigvalsh(w @ w.T).flip(0)[:2], top)
 
 
+def test_projection_matches_the_dense_svd_on_an_ill_conditioned_rank_deficient_factor():
+    # singular values over nine decades and two exact zeros: the Gram route must still keep the
+    # diagonal to rounding and the top-L part of the dense SVD
+    gen = torch.Generator().manual_seed(4)
+    u = torch.linalg.qr(torch.randn(30, 8, generator=gen))[0]
+    v = torch.linalg.qr(torch.randn(8, 8, generator=gen))[0]
+    s = torch.tensor([1e3, 1e2, 10.0, 1.0, 1e-3, 1e-6, 0.0, 0.0])
+    wide = (u * s) @ v.T
+    ups = torch.rand(30, generator=gen) + 1
+    new_ups, w = project_low_rank(ups, wide, 3)
+    left, sv, _ = torch.linalg.svd(wide, full_matrices=False)
+    dense = (left[:, :3] * sv[:3]) @ (left[:, :3] * sv[:3]).T
+    torch.testing.assert_close(w @ w.T, dense, rtol=0, atol=1e-9 * float(s[0]) ** 2)
+    torch.testing.assert_close(new_ups + w.square().sum(1), ups + wide.square().sum(1),
+                               rtol=1e-14, atol=0)
+    torch.testing.assert_close(new_ups - ups, (left[:, 3:] * sv[3:]).square().sum(1),
+                               rtol=0, atol=1e-9)
+
+
+def test_dg_vd_ekf_mean_is_the_ekf_gain_of_the_reference_and_the_projected_fc_step():
+    xs, ys, lik = linear_gaussian(1)
+    h = xs[0].reshape(C, P)
+    q = _beliefs()["dg"]
+    vd = DiagNatural(q.gaussian, "vd-ekf")
+    est = estimator("lin-hess", lik, xs[0], ys[0])
+    new = update(vd, est, "bong", 1.0)
+    # notes §2.4: mu + diag(s2) H^T (H diag(s2) H^T + R)^-1 (y - H mu); precision unchanged
+    s2 = q.gaussian.var
+    gain = s2[:, None] * h.T @ torch.linalg.inv(h @ (s2[:, None] * h.T) + lik.noise)
+    torch.testing.assert_close(new.mu, q.mu + gain @ (ys[0] - h @ q.mu))
+    ngd = update(q, est, "bong", 1.0)
+    torch.testing.assert_close(new.prec, ngd.prec)
+    assert (new.mu - ngd.mu).abs().max() > 1e-3  # the two mean rules differ
+    # any curvature and BLR too: the FC natural step from the diagonal belief, then the diagonal
+    # of its precision; BLR(alpha = 1, one step) is still BONG
+    fc = FullNatural.make(q.mu, torch.diag(q.prec))
+    for kind, rule, alpha in (("lin-ef", "bong", 1.0), ("mc-ef", "bong", 1.0),
+                              ("lin-hess", "blr", 0.4), ("mc-ef", "blr", 1.0)):
+        est = estimator(kind, lik, xs[0], ys[0])
+        full = update(fc, est, rule, alpha)
+        new = update(vd, est, rule, alpha)
+        torch.testing.assert_close(new.mu, full.mu)
+        torch.testing.assert_close(new.prec, torch.diag(full.gaussian.precision()))
+    with pytest.raises(ValueError, match="unknown dg mean rule"):
+        DiagNatural(q.gaussian, "ekf")
+
+
 def test_dynamics_of_each_family_give_gamma_squared_sigma_plus_q():
     for family, q in _beliefs().items():
         cov = _cov(q)
@@ -363,3 +449,10 @@ def test_bbb_on_the_dlr_family_converges_to_the_exact_posterior_through_the_kl_g
     mu, cov = kalman(q0.mu, q0.gaussian.covariance(), xs[0].reshape(C, P), ys[0], lik.noise)
     torch.testing.assert_close(q.mu, mu)
     torch.testing.assert_close(q.gaussian.covariance(), cov, atol=2e-3, rtol=0)
+
+
+def test_a_non_finite_gradient_is_a_belief_error_not_a_linear_algebra_crash():
+    q = prior_belief("dlr", torch.zeros(P), 1.0, rank=2)
+    nan = Curvature(torch.full((P,), float("nan")), root=torch.ones(P, 1))
+    with pytest.raises(BeliefError, match="diverged.*lower prior_var"):
+        update(q, lambda belief: nan, "bong", 1.0)

@@ -15,6 +15,7 @@ SHORT = {"stream_length": 20, "eval_steps": [0, 20]}
 
 @pytest.mark.parametrize("hparams", [
     {"network": "linear"},
+    {"network": "linear", "family": "dg", "dg_mean": "vd-ekf"},
     {"network": "mlp", "rule": "blr", "curvature": "mc-ef", "family": "dg", "samples": 4,
      "predictive": "lin-mc", "predictive_samples": 4},
     {"network": "cnn", "rule": "bbb", "family": "dlr", "rank": 2, "iterations": 2, "alpha": 1e-3,
@@ -27,6 +28,8 @@ def test_bong_conforms_to_the_sequential_kind(hparams):
 def test_untractable_combinations_are_refused_naming_the_accepted_ones():
     with pytest.raises(HyperParameterError, match="'bong'.*mc-hess.*dlr.*not tractable.*fc: mc-ef"):
         Bong(dim=64, classes=10, curvature="mc-hess", family="dlr")
+    with pytest.raises(HyperParameterError, match="dg_mean = 'vd-ekf' applies only to family"):
+        Bong(dim=64, classes=10, family="dlr", dg_mean="vd-ekf")
     assert "bbb/mc-ef/dlr" in tractable_combinations()
     assert "bong/mc-hess/dg-mom" in tractable_combinations()
 
@@ -63,3 +66,20 @@ def test_validation_streams_never_see_the_test_examples():
     assert not set(val_held.tolist()) & set(data.held_out.tolist())
     assert not set(val_pool.tolist()) & set(val_held.tolist())
     assert torch.equal(data.indices("test")[1], data.held_out)
+
+
+def test_mnist_stream_names_the_four_files_and_where_they_go(tmp_path):
+    from zoo.data.streams import load_mnist_stream
+    from zoo.errors import DataMissingError
+
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte.gz").touch()
+    (raw / "t10k-labels-idx1-ubyte").touch()
+    with pytest.raises(DataMissingError) as err:
+        load_mnist_stream(tmp_path, download=False)
+    message = str(err.value)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte", "DIR/mnist/MNIST/raw/", "--data-dir DIR"):
+        assert name in message
+    assert "missing: train-labels-idx1-ubyte, t10k-images-idx3-ubyte)" in message

@@ -168,21 +168,45 @@ class FullMoment(Belief):
                                self.gaussian.covariance() + 0.5 * alpha * big_g)
 
 
-class DiagNatural(Belief):
-    """DG: mean and diagonal precision, updated in natural parameters."""
+DG_MEANS = ("ngd", "vd-ekf")
 
+
+@dataclass(frozen=True)
+class DiagNatural(Belief):
+    """DG: mean and diagonal precision, updated in natural parameters.
+
+    ``mean_rule`` chooses the mean of a natural step (notes §2.4, "caveat on the mean"):
+
+    - ``"ngd"``: the pure diagonal natural gradient, ``mu + alpha g_VI / prec_t``;
+    - ``"vd-ekf"``: VD-EKF's (Chang et al. 2022), the mean of the exact full-covariance step from
+      the diagonal belief, ``mu + alpha (D + alpha root root^T)^-1 g_VI`` with
+      ``D = (1 - alpha) prec + alpha prec_0``, by Woodbury (``O(P K^2)``). With LIN-HESS and
+      ``alpha = 1`` this is the EKF gain ``diag(s^2) H^T (H diag(s^2) H^T + R)^-1 (y - yhat)``
+      of the reference code; the precision is the same under both rules, so the step is the
+      CM-EKF followed by the reverse-KL projection onto diagonals (which keeps the mean and the
+      precision's diagonal). A diagonal-only curvature (MC-HESS) has no off-diagonal part and
+      both rules coincide.
+    """
+
+    mean_rule: str = "ngd"
     family = "dg"
 
+    def __post_init__(self) -> None:
+        if self.mean_rule not in DG_MEANS:
+            raise ValueError(f"unknown dg mean rule {self.mean_rule!r}; choose one of "
+                             f"{', '.join(DG_MEANS)}")
+
     @classmethod
-    def make(cls, mu: Tensor, prec: Tensor) -> DiagNatural:
-        return cls(DiagonalGaussian(mu, 1 / _positive(prec, cls.family)))
+    def make(cls, mu: Tensor, prec: Tensor, mean_rule: str = "ngd") -> DiagNatural:
+        return cls(DiagonalGaussian(mu, 1 / _positive(prec, cls.family)), mean_rule)
 
     @property
     def prec(self) -> Tensor:
         return 1 / self.gaussian.var
 
     def dynamics(self, gamma: float, q: float) -> DiagNatural:
-        return DiagNatural(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.gaussian.var + q))
+        return DiagNatural(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.gaussian.var + q),
+                           self.mean_rule)
 
     def natural_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
                      ) -> DiagNatural:
@@ -190,7 +214,13 @@ class DiagNatural(Belief):
         prec = _positive((1 - alpha) * self.prec + alpha * (p.prec - curv.diagonal()),
                          self.family)
         g_vi = curv.g + p.prec * (p.mu - self.mu)
-        return DiagNatural.make(self.mu + alpha * g_vi / prec, prec)
+        if self.mean_rule == "vd-ekf" and curv.root is not None:
+            base = _positive((1 - alpha) * self.prec + alpha * p.prec, self.family)
+            unprojected = LowRankPrecisionGaussian(self.mu, base, alpha ** 0.5 * curv.root)
+            mu = self.mu + alpha * unprojected.solve_precision(g_vi[:, None])[:, 0]
+        else:
+            mu = self.mu + alpha * g_vi / prec
+        return DiagNatural.make(mu, prec, self.mean_rule)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
                       ) -> DiagNatural:
@@ -199,7 +229,8 @@ class DiagNatural(Belief):
             g, d = g + prior.prec * (prior.mu - self.mu), d - prior.prec + self.prec
         prec = _positive(self.prec - 4 * alpha * var * self.mu * g - 2 * alpha * var ** 2 * d,
                          self.family)
-        return DiagNatural.make((self.prec * self.mu + alpha * var * g) / prec, prec)
+        return DiagNatural.make((self.prec * self.mu + alpha * var * g) / prec, prec,
+                                self.mean_rule)
 
 
 class DiagMoment(Belief):
@@ -236,13 +267,20 @@ class DiagMoment(Belief):
 def project_low_rank(ups: Tensor, w: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     """LO-FI's projection of ``diag(ups) + w w^T`` (``w [P, K]``) onto rank ``rank``: the top
     singular directions of ``w`` stay, the rest moves to the diagonal, so the diagonal of the
-    precision is kept exactly (notes §2.4, DLR step 3). The thin SVD ``w = U S V^T`` comes from a
-    QR factorisation and the SVD of its ``K x K`` triangle (``O(P K^2)``; LAPACK's SVD of the tall
-    matrix is several times slower, the Gram matrix's eigenvectors are unstable)."""
-    q, r = torch.linalg.qr(w)
-    u_r, s, _ = torch.linalg.svd(r)
-    us = q @ (u_r * s)  # columns u_j s_j, largest first
-    return ups + us[:, rank:].square().sum(1), us[:, :rank]
+    precision is kept exactly (notes §2.4, DLR step 3).
+
+    With ``V`` the eigenvectors of the ``K x K`` Gram matrix ``w^T w`` (largest first), ``w V = U S``
+    are the left singular directions already scaled by their singular values: ``w_t = (w V)[:, :L]``
+    and ``ups_t = ups + rowsum((w V)[:, L:]^2)``. Nothing divides by a singular value, and since
+    ``V`` is orthogonal ``(w V)(w V)^T = w w^T`` to rounding whatever the spectrum, so the diagonal
+    is kept to machine precision even when ``w`` is rank-deficient; an eigenvector that rounding
+    tilts only moves weight between kept and discarded directions of nearly equal size. Cost: two
+    ``P x K`` products and an ``O(K^3)`` eigendecomposition (a Householder QR of the tall ``w``,
+    ``O(P K^2)`` as well, is over ten times slower in LAPACK on one core; bong.md's cost section).
+    """
+    _, vecs = torch.linalg.eigh(w.mT @ w)  # ascending eigenvalues
+    rows = vecs.flip(-1).mT @ w.mT  # [K, P]: (w V)^T, largest direction first
+    return ups + rows[rank:].square().sum(0), rows[:rank].mT
 
 
 def _dlr_kl(mu: Tensor, ups: Tensor, w: Tensor, prior: Gaussian) -> Tensor:
@@ -284,13 +322,14 @@ class DiagLowRank(Belief):
         if curv.root is None:
             raise ValueError("the dlr family needs a factored curvature (not mc-hess)")
         if prior is None:
-            ups, wide, g_vi = self.ups, torch.cat([self.w, curv.root], 1), curv.g
+            ups, parts, g_vi = self.ups, [self.w, curv.root], curv.g
         else:
             ups = (1 - alpha) * self.ups + alpha * prior.ups
-            wide = torch.cat([(1 - alpha) ** 0.5 * self.w, alpha ** 0.5 * prior.w,
-                              alpha ** 0.5 * curv.root], 1)
+            parts = [(1 - alpha) ** 0.5 * self.w, alpha ** 0.5 * prior.w, alpha ** 0.5 * curv.root]
             diff = prior.mu - self.mu
             g_vi = curv.g + prior.ups * diff + prior.w @ (prior.w.T @ diff)
+        # factors are transposes of row-major [L, P] tensors: joining them is a contiguous copy
+        wide = torch.cat([part.mT for part in parts]).mT
         unprojected = LowRankPrecisionGaussian(self.mu, ups, wide)
         mu = self.mu + alpha * unprojected.solve_precision(g_vi[:, None])[:, 0]
         return DiagLowRank.make(mu, *project_low_rank(ups, wide, self.w.shape[1]))
@@ -311,16 +350,19 @@ class DiagLowRank(Belief):
                                 self.w + alpha * d_w)
 
 
-def prior_belief(family: str, mu: Tensor, variance: float | Tensor, rank: int = 0) -> Belief:
-    """The isotropic prior ``N(mu, variance I)`` in ``family``."""
+def prior_belief(family: str, mu: Tensor, variance: float | Tensor, rank: int = 0,
+                 dg_mean: str = "ngd") -> Belief:
+    """The isotropic prior ``N(mu, variance I)`` in ``family`` (``dg_mean``: the dg family's
+    :attr:`DiagNatural.mean_rule`)."""
     eye = torch.eye(len(mu)).to(mu) if family.startswith("fc") else None
     if family == "fc":
         return FullNatural.make(mu, eye / variance)
     if family == "fc-mom":
         return FullMoment.make(mu, eye * variance)
-    if family in ("dg", "dg-mom"):
-        cls = DiagNatural if family == "dg" else DiagMoment
-        return cls(DiagonalGaussian(mu, torch.ones_like(mu) * variance))
+    if family == "dg":
+        return DiagNatural(DiagonalGaussian(mu, torch.ones_like(mu) * variance), dg_mean)
+    if family == "dg-mom":
+        return DiagMoment(DiagonalGaussian(mu, torch.ones_like(mu) * variance))
     if family == "dlr":
         return DiagLowRank.make(mu, torch.ones_like(mu) / variance, mu.new_zeros(len(mu), rank))
     raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")

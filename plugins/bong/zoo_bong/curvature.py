@@ -54,12 +54,16 @@ class Curvature:
 
 def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y: Tensor,
                hessian: bool) -> Curvature:
-    """LIN-HESS (``hessian=True``) or LIN-EF, linearising the network at ``mean``."""
+    """LIN-HESS (``hessian=True``) or LIN-EF, linearising the network at ``mean``.
+
+    LIN-HESS takes the Jacobian ``F [C, P]`` by ``jacrev`` (the ``C`` pullbacks batched by
+    ``vmap`` into one backward call), then ``g = F^T s`` and ``root = F^T A``; LIN-EF needs one
+    pullback of the score.
+    """
     if hessian:
         f = model(mean, x)
-        jac = jacrev(model)(mean, x)  # [C, P], C backward passes
-        g = jac.T @ likelihood.score(f, y)
-        return Curvature(g, root=jac.T @ likelihood.fisher_root(f))
+        jac = jacrev(model)(mean, x)  # [C, P]
+        return Curvature(jac.T @ likelihood.score(f, y), root=jac.T @ likelihood.fisher_root(f))
     f, pullback = vjp(lambda theta: model(theta, x), mean)
     (g,) = pullback(likelihood.score(f.detach(), y))
     return Curvature(g, root=g[:, None])

@@ -2,10 +2,11 @@
 
 One method, every tractable cell of Jones et al. (2024)'s table as hyper-parameters: ``rule``
 (bong, bog, blr, bbb), ``curvature`` (mc-hess, mc-ef, lin-hess, lin-ef), ``family`` (fc, fc-mom,
-dg, dg-mom, dlr with ``rank``), dynamics ``gamma``, ``q``; e.g. ``--set bong.rule=blr --set
-bong.curvature=lin-ef``. The prior is ``N(theta_0, prior_var I)`` around the network's seeded
-initial weights; the predictive is the plug-in ``p(y | x, mu)``, Monte Carlo over ``theta ~ q`` or
-linearised Monte Carlo (``f(x, mu) + F (theta - mu)``, footnote 2), averaging probabilities.
+dg with ``dg_mean`` ngd or vd-ekf, dg-mom, dlr with ``rank``), dynamics ``gamma``, ``q``; e.g.
+``--set bong.rule=blr --set bong.curvature=lin-ef``. The prior is ``N(theta_0, prior_var I)``
+around the network's seeded initial weights; the predictive is the plug-in ``p(y | x, mu)``, Monte
+Carlo over ``theta ~ q`` or linearised Monte Carlo (``f(x, mu) + F (theta - mu)``, footnote 2),
+averaging probabilities.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from zoo.gaussians import predictive
 from zoo.hparams import HParam
 from zoo.method import draw_seed
 from zoo.tasks.sequential import Stream, StreamMethod
-from zoo_bong.beliefs import FAMILIES, Belief, prior_belief
+from zoo_bong.beliefs import DG_MEANS, FAMILIES, Belief, prior_belief
 from zoo_bong.curvature import CURVATURES, Curvature, linearised, monte_carlo
 from zoo_bong.likelihoods import Categorical
 from zoo_bong.networks import NETWORKS, build_network, flat_function
@@ -54,6 +55,9 @@ class Bong(StreamMethod):
         "family": HParam("dlr", choices=FAMILIES, doc="full / diagonal Gaussian in natural or "
                          "moment parameters, or diagonal plus low-rank precision"),
         "rank": HParam(10, ge=1, doc="rank L of the dlr family's precision"),
+        "dg_mean": HParam("ngd", choices=DG_MEANS, doc="mean of the dg family's natural step: "
+                          "pure diagonal natural gradient, or VD-EKF's (the full-covariance step's "
+                          "mean from the diagonal belief, Chang et al. 2022)"),
         "alpha": HParam(0.1, gt=0, doc="learning rate of bog, blr, bbb (bong's is 1)"),
         "iterations": HParam(1, ge=1, doc="steps per observation of blr and bbb"),
         "samples": HParam(100, ge=1, doc="draws M of the mc-ef and mc-hess curvatures"),
@@ -72,6 +76,9 @@ class Bong(StreamMethod):
         h = self.hparams
         try:
             check_combination(h["rule"], h["curvature"], h["family"], h["iterations"])
+            if h["dg_mean"] != "ngd" and h["family"] != "dg":
+                raise ValueError(f"dg_mean = {h['dg_mean']!r} applies only to family 'dg' (not "
+                                 f"{h['family']!r}); leave it at 'ngd'")
         except ValueError as err:
             raise HyperParameterError(f"method 'bong': {err}") from None
         self.network = build_network(h["network"], dim, classes)
@@ -90,7 +97,7 @@ class Bong(StreamMethod):
 
     def init(self) -> BongState:
         h = self.hparams
-        belief = prior_belief(h["family"], self.theta0, h["prior_var"], h["rank"])
+        belief = prior_belief(h["family"], self.theta0, h["prior_var"], h["rank"], h["dg_mean"])
         return BongState(belief, torch.Generator().manual_seed(0), 0)
 
     def curvature(self, q: Belief, x: Tensor, y: Tensor, generator: torch.Generator

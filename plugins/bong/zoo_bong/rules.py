@@ -50,6 +50,7 @@ def update(belief: Belief, estimate: Callable[[Belief], Curvature], rule: str, a
            iterations: int = 1) -> Belief:
     """The belief after one observation, from the predicted ``belief``; ``estimate(q)`` gives
     ``(g, G)`` under ``q``. BONG's step has learning rate 1 whatever ``alpha`` is."""
+    estimate = _checked(estimate, rule)
     if rule == "bong":
         return _finite(belief.natural_step(estimate(belief), 1.0), rule)
     if rule == "bog":
@@ -59,6 +60,19 @@ def update(belief: Belief, estimate: Callable[[Belief], Curvature], rule: str, a
     for _ in range(iterations):
         current = _finite(step(current, estimate(current), alpha, belief), rule)
     return current
+
+
+def _checked(estimate: Callable[[Belief], Curvature], rule: str
+             ) -> Callable[[Belief], Curvature]:
+    """``estimate`` that raises :class:`BeliefError` when the gradient is not finite (a mean that
+    an earlier step sent far away overflows the network's logits)."""
+    def checked(q: Belief) -> Curvature:
+        curv = estimate(q)
+        if not torch.isfinite(curv.g).all():
+            raise BeliefError(f"rule {rule!r} on the {q.family} belief diverged (the gradient at "
+                              "the current mean is not finite); lower prior_var or alpha")
+        return curv
+    return checked
 
 
 def _finite(belief: Belief, rule: str) -> Belief:
