@@ -125,7 +125,8 @@ class GMMNP(RegressionMethod):
         self.register_buffer("prior_means", prior_means)
         self.trng = trng.TRNGConfig(update=h["update"], kl_bound=h["kl_bound"],
                                     step_size=h["step_size"], diagonal=h["covariance"] == "diag",
-                                    samples=h["trng_samples"])
+                                    samples=h["trng_samples"],
+                                    dtype=self.decoder[0].weight.dtype)
         self.posteriors: dict[str, GMM] = {}
         self.steps = self.failures = 0
 
