@@ -36,7 +36,7 @@ Everything is batched over tasks and components: no Python loop over either.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -214,10 +214,19 @@ def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | No
 
 
 def fit(gmm: GMM, log_target: LogTarget, config: TRNGConfig, steps: int,
-        prior: GMM | None = None) -> tuple[GMM, int]:
-    """``steps`` TRNG steps from ``gmm``; the mixtures and the number of failed component steps."""
+        prior: GMM | None = None, generators: Sequence[torch.Generator] | None = None
+        ) -> tuple[GMM, int]:
+    """``steps`` TRNG steps from ``gmm``; the mixtures and the number of failed component steps.
+    ``generators``: one per task, whose draws that task's steps use (default: the global
+    generator), so that a task's fit does not depend on the tasks fitted beside it."""
     failures = 0
+    (t, k, d), work = gmm.mean.shape, config.dtype or gmm.mean.dtype
+    if generators is not None and len(generators) != t:
+        raise ValueError(f"{len(generators)} generators for {t} tasks: give one per task")
     for _ in range(steps):
-        gmm, info = step(gmm, log_target, config, prior=prior)
+        noise = None if generators is None else torch.cat([
+            torch.randn(max(1, config.samples // k), k, 1, d, generator=g, dtype=work,
+                        device=gmm.mean.device) for g in generators], 2)
+        gmm, info = step(gmm, log_target, config, noise, prior)
         failures += int(info.failed.sum())
     return gmm, failures
