@@ -28,8 +28,8 @@ from zoo.tasks.regression import sample_task  # noqa: E402
 def image(x: torch.Tensor, y: torch.Tensor, size: int) -> np.ndarray:
     """Pixels ``x [n, 2]`` in ``[-1, 1]^2`` with values ``y [n]`` on a NaN canvas."""
     canvas = np.full((size, size), np.nan)
-    rc = ((x.numpy() + 1) / 2 * (size - 1)).round().astype(int)
-    canvas[rc[:, 0], rc[:, 1]] = y.numpy()
+    rc = ((x.detach().numpy() + 1) / 2 * (size - 1)).round().astype(int)
+    canvas[rc[:, 0], rc[:, 1]] = y.detach().numpy()
     return canvas
 
 
@@ -50,8 +50,8 @@ def main() -> None:
         if not (folder / "model.pt").exists():
             continue
         config, blob = load_run(folder, "cpu")
-        if config["train_dataset"] != a.dataset:
-            continue
+        if config["train_dataset"] != a.dataset or config["method"] in {m for m, _ in models}:
+            continue  # one model per method (a resumed folder may hold an older one)
         cls = registry().get("methods", config["method"])
         method = cls(x_dim=family.x_dim, y_dim=family.y_dim, **config["hparams"])
         method.load_state_dict(blob["state_dict"])
