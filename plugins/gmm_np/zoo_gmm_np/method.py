@@ -17,13 +17,16 @@ function is new, so ``train_trng_steps`` should then be larger than the paper's 
 
 Test time (Alg. 2): a fresh mixture, a copy of the prior, gets ``test_trng_steps`` steps on the
 context (none for an empty context); the prediction is ``predict_samples`` draws ``z_s ~ q`` and
-per-target ``N(dec(x, z_s), sigma^2)``.
+per-target ``N(dec(x, z_s), sigma^2)``. The runner's ``prepare`` hands over a cell's test
+episodes first, and their fits run batched (each task from its own generator, so a prediction
+does not depend on the batch).
 
 Public API besides the runner's (used by the np-paper suite; other regression methods with a
 latent variable offer the same two):
 
-- ``fit(x [T, N, dx], y [T, N, dy], mask [T, N] | None, steps=None) -> GMM``: posteriors of
-  ``T`` tasks fitted together (test-time inference, batched);
+- ``fit(x [T, N, dx], y [T, N, dy], mask [T, N] | None, steps=None, prior=None,
+  generators=None) -> GMM``: posteriors of ``T`` tasks fitted together (test-time inference,
+  batched);
 - ``bounds(episode, samples=1024) -> Bounds(elbo, iw)``: the ELBO and the importance-weighted
   bound of ``log p(target_y | target_x, context) = log E_{q(z|context)} prod_n p(y_n | x_n, z)``
   with proposal ``q(z|targets)`` (both floats, same draws); ``iw - elbo`` is the paper's ELBO
@@ -81,6 +84,7 @@ def generator(episode: RegressionEpisode, salt: int) -> torch.Generator:
 
 
 def episode_key(episode: RegressionEpisode) -> tuple[str, Any, int]:
+    """What names a test episode's posteriors among those :meth:`GMMNP.prepare` fitted."""
     return episode.id, episode.info.get("seed"), len(episode.context_x)
 
 
