@@ -368,6 +368,7 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     model = task.build(reg.get("methods", method), cell, data, reg)
     model.eval()
     with torch.no_grad():
+        task.prepare(model, get, range(count))  # as the runner, before the predictions
         prediction = task.predict(model, episode)
     task.check(prediction, episode, method)  # raises PredictionError, naming what to fix
     record = {"index": 0} | task.score(prediction, episode) | {"seconds": 0.0}  # as the runner

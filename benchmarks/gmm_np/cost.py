@@ -60,7 +60,8 @@ def main() -> None:
     mask = torch.ones(x.shape[:2])
     target = m.log_target(x, y, mask)
     q = m.prior(a.tasks)
-    z = q.sample_components(m.trng.samples // a.components).float().requires_grad_(True)
+    per_component = m.trng.samples // a.components
+    z = q.components.sample((per_component,)).movedim(2, 1).float().requires_grad_(True)
 
     def decoder_pass() -> None:
         m.log_likelihood(x, y, mask, z).sum().backward()

@@ -37,3 +37,10 @@ def test_np_paper_ablation_parts_are_rows_of_gmm_np_alone():
                     ("gmm-np", "trng-full-k1"), ("gmm-np", "ibayes-gmm")}
     diag = next(c for c in cells if c.variant == "trng-diag-k1")
     assert (diag.hparams["covariance"], diag.hparams["components"]) == ("diag", 1)
+
+
+def test_set_reaches_an_entry_suites_own_setting_of_a_runner_settings_name():
+    from zoo.runner.bench import prepare_suite
+
+    suite, _ = prepare_suite("np-bo", ["train_episodes=4000", "tasks=2"])
+    assert suite.entry_settings["train_episodes"] == 4000 and suite.entry_settings["tasks"] == 2

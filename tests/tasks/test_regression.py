@@ -128,3 +128,23 @@ def test_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
         TASK.cell_text(summary)
     no_bounds = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2}, 0, False)(0)
     assert "looseness" not in TASK.score(TASK.predict(method, no_bounds), no_bounds)
+
+
+def test_the_runner_lets_a_method_prepare_a_cells_test_episodes_before_predicting_them():
+    from zoo.runner.evaluate import evaluate
+
+    class Preparing(ConstantGaussian):
+        def prepare(self, episodes):
+            self.prepared = [e.id for e in episodes]
+
+        def predict(self, episode):
+            assert episode.id in self.prepared, "predicted before prepare"
+            return super().predict(episode)
+
+    task, family = Regression(), load_sinusoid()
+    method = Preparing(x_dim=1, y_dim=1)
+    shape = task.shapes(task.settings | {"context_sizes": [4]})[0]
+    records = evaluate(task, method, "constant", family, shape=shape, seed=0, count=3,
+                       temperature=1.0)
+    assert len(records) == 3 and len(method.prepared) == 3
+    assert all(r["seconds"] > 0 for r in records)

@@ -1,7 +1,8 @@
 """Scoring a trained model on test episodes, resumably.
 
 The cell's task kind gives the test episodes (identical for every method with the same seed, so
-results can be compared pairwise), asks the method for its prediction, checks it and scores it.
+results can be compared pairwise), lets the method prepare them together (a batched inference;
+its time is shared out over the episodes), asks for each prediction, checks it and scores it.
 Every prediction is checked before it is scored: a malformed one stops the cell with an error
 naming the method and the episode. Records are written to ``episodes.jsonl`` atomically every few
 seconds; a resumed evaluation continues after the last recorded episode. The summary of the
@@ -39,7 +40,10 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
     method.eval()
     bar = tqdm(total=n, initial=len(records), desc=f"test {label}", leave=False,
                disable=not progress, unit="ep")
-    last_flush = time.perf_counter()
+    last_flush = start = time.perf_counter()
+    with torch.no_grad():
+        task.prepare(method, get, range(len(records), n))
+    prepared = (time.perf_counter() - start) / max(1, n - len(records))
     for i in range(len(records), n):
         episode = get(i)
         start = time.perf_counter()
@@ -47,7 +51,7 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
             prediction = task.predict(method, episode)
         if cuda:
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start + prepared
         task.check(prediction, episode, method_name)
         record = {"index": i} | task.score(prediction, episode, temperature)
         record["seconds"] = seconds

@@ -258,6 +258,9 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
         if key == "task":
             raise SuiteError("--set task: the task kind is the suite's; choose a suite of the "
                              "kind you want (zoo suites)")
+        if settings["entry"] and key in entry:  # an entry's own setting wins (np-bo's
+            entry[key] = value                    # train_episodes is not the runner's)
+            continue
         if key in settings:
             settings[key] = _check_setting(key, value, "--set", settings)
             parts = [{**p, key: settings[key]} if key in p else p for p in parts]

@@ -176,6 +176,11 @@ class Task(ABC):
         """How many test episodes a cell scores and how to get the i-th."""
         return count, self.episodes(dataset, "test", shape, seed, training=False)
 
+    def prepare(self, method: nn.Module, get: GetEpisode, indices: Sequence[int]) -> None:
+        """Before episodes ``indices`` of ``get`` are predicted one by one, let ``method`` infer
+        them together if it can (the runner adds the time to theirs); default: nothing."""
+        return None
+
     @abstractmethod
     def predict(self, method: nn.Module, episode: Any) -> Any:
         """Ask ``method`` for its prediction on ``episode`` (the call the runner times)."""

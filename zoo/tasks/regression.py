@@ -103,6 +103,12 @@ class RegressionMethod(TaskMethod):
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
         """The predictive distribution of ``episode.target_y`` given the context only."""
 
+    def prepare(self, episodes: Sequence[RegressionEpisode]) -> None:
+        """Called with the test episodes of a cell before they are predicted one by one: a
+        method whose inference is iterative may fit them together here (GMM-NP's batched
+        test-time fits); :meth:`predict` and :meth:`bounds` must give the same with or without
+        it. The default does nothing."""
+
     def bounds(self, episode: RegressionEpisode, samples: int
                         ) -> tuple[float, float] | None:
         """``(ELBO, importance-weighted bound)`` of the method's ``log p(target_y | target_x,
@@ -223,6 +229,9 @@ class Regression(Task):
         bound = shape.get("bound_samples", 0)
         return lambda i: sample_task(dataset, split, seed, shape["targets"], i, shape["context"],
                                      bound_samples=bound)
+
+    def prepare(self, method: RegressionMethod, get: GetEpisode, indices: Sequence[int]) -> None:
+        method.prepare([get(i) for i in indices])
 
     def predict(self, method: RegressionMethod, episode: RegressionEpisode) -> RegressionPrediction:
         prediction = method.predict(episode)

@@ -176,5 +176,19 @@ def test_every_ablation_variant_trains_and_predicts(variant):
     assert torch.isfinite(loss) and m.counters()["trng_failed_steps"] == 0
     Regression().check(m.predict(episode), episode, variant)
     if VARIANTS[variant].get("covariance") == "diag":
-        q = m.posterior(episode.context_x, episode.context_y)
+        q = m.context_posterior(episode)
         assert torch.equal(q.prec, torch.diag_embed(torch.diagonal(q.prec, dim1=-2, dim2=-1)))
+
+
+def test_test_episodes_prepared_together_predict_and_bound_as_one_at_a_time():
+    torch.manual_seed(0)
+    m = GMMNP(x_dim=1, y_dim=1, trng_samples=16, test_trng_steps=5, predict_samples=8)
+    family = load_sinusoid()
+    episodes = [sample_task(family, "test", 0, 12, i, c, bound_samples=32)
+                for i in range(3) for c in (0, 4)]
+    alone = [(m.predict(e).mean, m.bounds(e, 32)) for e in episodes]
+    m.prepare(episodes)
+    assert len(m.prepared) == len(episodes)
+    for e, (mean, bounds) in zip(episodes, alone):
+        torch.testing.assert_close(m.predict(e).mean, mean, rtol=1e-4, atol=1e-4)
+        assert bounds == pytest.approx(m.bounds(e, 32), rel=1e-4, abs=1e-4)

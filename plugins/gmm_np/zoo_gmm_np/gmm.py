@@ -3,8 +3,8 @@
 ``q(z) = sum_k w_k N(z | mu_k, Lambda_k^{-1})`` (Volpp et al. 2023, Eq. 7) for ``T`` tasks at once:
 ``log_w [T, K]``, ``mean [T, K, d]``, ``prec [T, K, d, d]`` (precisions: the natural-gradient update
 acts on them, Eq. 8a). Densities and draws are :mod:`torch.distributions`'; the one addition is
-the per-component draw the Stein estimates need, laid out ``[S, K, T, d]`` (sample, component it
-came from, task) so that the mixture density broadcasts over the components it is evaluated at.
+the log density with its gradient at many draws per task, which the TRNG step needs at its
+per-component draws (:mod:`zoo_gmm_np.trng`).
 """
 
 from __future__ import annotations
@@ -47,30 +47,28 @@ class GMM:
         return MixtureSameFamily(Categorical(logits=self.log_w, validate_args=False),
                                  self.components, validate_args=False)
 
-    def sample_components(self, n: int) -> Tensor:
-        """``n`` draws from every component: ``[n, K, T, d]``."""
-        return self.components.sample((n,)).movedim(2, 1)
-
     def log_prob(self, z: Tensor) -> Tensor:
         """``log q(z)`` of every task's mixture at ``z [..., T, d]``: ``[..., T]``."""
         return self.mixture.log_prob(z)
 
     def log_prob_and_score(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """``log q(z)`` and its gradient ``-sum_k q(k|z) Lambda_k (z - mu_k)`` at ``z [..., T, d]``
-        (``[..., T]``, ``[..., T, d]``), without autograd: the TRNG step needs the gradient of
-        the mixture at every draw. Both come from one product ``Lambda_k (z - mu_k)``, so the
-        component densities are written out here (the tests check them against
-        :attr:`mixture`'s ``log_prob``)."""
-        diff = z[..., None, :] - self.mean  # [..., T, K, d]
-        pulled = torch.einsum("...kij,...kj->...ki", self.prec, diff)  # a batched matmul
-        log_det = 2 * torch.log(torch.diagonal(torch.linalg.cholesky(self.prec), dim1=-2,
-                                               dim2=-1)).sum(-1)
-        d = z.shape[-1]
-        joint = (torch.log_softmax(self.log_w, -1) + 0.5 * (log_det - d * math.log(2 * math.pi))
-                 - 0.5 * (diff * pulled).sum(-1))
-        total = torch.logsumexp(joint, -1)
-        resp = torch.exp(joint - total[..., None])
-        return total, -(resp[..., None] * pulled).sum(-2)
+        (``[..., T]``, ``[..., T, d]``; a mixture of ``T = 1`` is shared by every task), without
+        autograd: the TRNG step needs the gradient of the mixture at every draw. Both come from
+        one batched product ``Lambda_k (z - mu_k)`` over ``[T, K, draws, d]``, so the component
+        densities are written out here (the tests check them against :attr:`mixture`'s
+        ``log_prob``). Computed in ``z``'s dtype; the log-determinants in the mixture's."""
+        *lead, tasks, d = z.shape
+        flat = z.reshape(-1, tasks, d).transpose(0, 1)  # [T, M, d]
+        diff = flat[:, None] - self.mean.to(z.dtype)[..., None, :]  # [T, K, M, d]
+        pulled = diff @ self.prec.to(z.dtype)  # Lambda_k symmetric: rows of Lambda_k (z - mu_k)
+        log_norm = (torch.log_softmax(self.log_w, -1)
+                    + 0.5 * (torch.logdet(self.prec) - d * math.log(2 * math.pi)))
+        joint = log_norm.to(z.dtype)[..., None] - 0.5 * (diff * pulled).sum(-1)  # [T, K, M]
+        total = torch.logsumexp(joint, 1)
+        score = -torch.einsum("tkm,tkmd->tmd", torch.softmax(joint, 1), pulled)
+        return (total.T.reshape(*lead, tasks),
+                score.transpose(0, 1).reshape(*lead, tasks, d))
 
     def select(self, index: Tensor | slice) -> GMM:
         return GMM(self.log_w[index], self.mean[index], self.prec[index])

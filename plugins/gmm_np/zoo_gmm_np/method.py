@@ -17,13 +17,16 @@ function is new, so ``train_trng_steps`` should then be larger than the paper's 
 
 Test time (Alg. 2): a fresh mixture, a copy of the prior, gets ``test_trng_steps`` steps on the
 context (none for an empty context); the prediction is ``predict_samples`` draws ``z_s ~ q`` and
-per-target ``N(dec(x, z_s), sigma^2)``.
+per-target ``N(dec(x, z_s), sigma^2)``. The runner's ``prepare`` hands over a cell's test
+episodes first, and their fits run batched (each task from its own generator, so a prediction
+does not depend on the batch).
 
 Public API besides the runner's (used by the np-paper suite; other regression methods with a
 latent variable offer the same two):
 
-- ``fit(x [T, N, dx], y [T, N, dy], mask [T, N] | None, steps=None) -> GMM``: posteriors of
-  ``T`` tasks fitted together (test-time inference, batched);
+- ``fit(x [T, N, dx], y [T, N, dy], mask [T, N] | None, steps=None, prior=None,
+  generators=None) -> GMM``: posteriors of ``T`` tasks fitted together (test-time inference,
+  batched);
 - ``bounds(episode, samples=1024) -> Bounds(elbo, iw)``: the ELBO and the importance-weighted
   bound of ``log p(target_y | target_x, context) = log E_{q(z|context)} prod_n p(y_n | x_n, z)``
   with proposal ``q(z|targets)`` (both floats, same draws); ``iw - elbo`` is the paper's ELBO
@@ -38,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -62,7 +65,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 """The paper's ablations (Sec. 5.2) as hyper-parameter overrides of ``gmm-np``: suite parts
 ``{variant = NAME, hparams = VARIANTS[NAME]}``."""
 
-PREDICT_SALT, BOUNDS_SALT, SUBTASK_SALT = 1, 2, 3
+PREDICT_SALT, BOUNDS_SALT, SUBTASK_SALT, CONTEXT_FIT_SALT, PROPOSAL_FIT_SALT = 1, 2, 3, 4, 5
 
 
 @contextmanager
@@ -73,6 +76,16 @@ def seeded(episode: RegressionEpisode, salt: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(draw_seed(episode, salt))
         yield
+
+
+def generator(episode: RegressionEpisode, salt: int) -> torch.Generator:
+    """A generator of the episode's device seeded by the episode and ``salt``."""
+    return torch.Generator(episode.target_x.device).manual_seed(draw_seed(episode, salt))
+
+
+def episode_key(episode: RegressionEpisode) -> tuple[str, Any, int]:
+    """What names a test episode's posteriors among those :meth:`GMMNP.prepare` fitted."""
+    return episode.id, episode.info.get("seed"), len(episode.context_x)
 
 
 class Bounds(NamedTuple):
@@ -125,8 +138,10 @@ class GMMNP(RegressionMethod):
         self.register_buffer("prior_means", prior_means)
         self.trng = trng.TRNGConfig(update=h["update"], kl_bound=h["kl_bound"],
                                     step_size=h["step_size"], diagonal=h["covariance"] == "diag",
-                                    samples=h["trng_samples"])
+                                    samples=h["trng_samples"],
+                                    dtype=self.decoder[0].weight.dtype)
         self.posteriors: dict[str, GMM] = {}
+        self.prepared: dict[tuple[str, Any, int], tuple[GMM, GMM | None]] = {}
         self.steps = self.failures = 0
 
     # -- model -----------------------------------------------------------------------------------
@@ -161,26 +176,62 @@ class GMMNP(RegressionMethod):
     # -- inference -------------------------------------------------------------------------------
 
     def fit(self, x: Tensor, y: Tensor, mask: Tensor | None = None, steps: int | None = None,
-            prior: GMM | None = None) -> GMM:
+            prior: GMM | None = None, generators: Sequence[torch.Generator] | None = None) -> GMM:
         """Posteriors of ``T`` tasks (``x [T, N, dx]``, ``y [T, N, dy]``, ``mask [T, N]``: which
-        points are observed), fitted together from copies of ``prior`` (one mixture, default
-        ``p(z)``), which is also their prior."""
+        points are observed), fitted together from ``prior`` (one mixture for every task or one
+        per task; default ``p(z)``), which is also their prior; ``generators``: one per task
+        (:func:`zoo_gmm_np.trng.fit`)."""
         steps = self.hparams["test_trng_steps"] if steps is None else steps
         mask = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device) if mask is None else \
             mask.to(x.dtype)
-        start = (prior or self.prior()).select(slice(0, 1))
-        start = GMM(start.log_w.expand(len(x), -1), start.mean.expand(len(x), -1, -1),
-                    start.prec.expand(len(x), -1, -1, -1))
-        gmm, failures = trng.fit(start, self.log_target(x, y, mask), self.trng, steps,
-                                 prior or self.prior())
+        prior = prior or self.prior()
+        start = prior if len(prior.mean) == len(x) else GMM(
+            prior.log_w.expand(len(x), -1), prior.mean.expand(len(x), -1, -1),
+            prior.prec.expand(len(x), -1, -1, -1))
+        gmm, failures = trng.fit(start, self.log_target(x, y, mask), self.trng, steps, prior,
+                                 generators)
         if failures:
             log.debug("%s: %d component steps failed while fitting %d tasks", self.name,
                       failures, len(x))
         return gmm.detach()
 
-    def posterior(self, x: Tensor, y: Tensor) -> GMM:
-        """The posterior given one context ``x [C, dx]``, ``y [C, dy]`` (the prior if empty)."""
-        return self.prior() if len(x) == 0 else self.fit(x[None], y[None])
+    def context_posterior(self, episode: RegressionEpisode) -> GMM:
+        """``q(z | context)`` (the prior if the context is empty), its draws seeded by the
+        episode."""
+        if len(episode.context_x) == 0:
+            return self.prior()
+        return self.fit(episode.context_x[None], episode.context_y[None],
+                        generators=[generator(episode, CONTEXT_FIT_SALT)])
+
+    def prepare(self, episodes: Sequence[RegressionEpisode]) -> None:
+        """Fit the context posteriors (and, where the episode asks for bounds, the proposals of
+        :meth:`bounds`) of all ``episodes`` together, grouped by context size; each task draws
+        from its own generator, so :meth:`predict` and :meth:`bounds` give what they give
+        without this, only faster."""
+        self.prepared = {}
+        groups: dict[int, list[RegressionEpisode]] = {}
+        for e in episodes:
+            groups.setdefault(len(e.context_x), []).append(e)
+        for size, group in groups.items():
+            if size:
+                posteriors = self.fit(torch.stack([e.context_x for e in group]),
+                                      torch.stack([e.context_y for e in group]),
+                                      generators=[generator(e, CONTEXT_FIT_SALT) for e in group])
+            else:
+                posteriors = self.prior()
+            bounded = [i for i, e in enumerate(group) if e.info.get("bound_samples", 0)]
+            proposals = None
+            if bounded:
+                proposals = self.fit(torch.stack([group[i].target_x for i in bounded]),
+                                     torch.stack([group[i].target_y for i in bounded]),
+                                     prior=posteriors.select(bounded) if size else posteriors,
+                                     generators=[generator(group[i], PROPOSAL_FIT_SALT)
+                                                 for i in bounded])
+            for i, e in enumerate(group):
+                own = posteriors.select(slice(i, i + 1)) if size else posteriors
+                proposal = (proposals.select(slice(bounded.index(i), bounded.index(i) + 1))
+                            if proposals is not None and i in bounded else None)
+                self.prepared[episode_key(e)] = (own, proposal)
 
     # -- meta-training ---------------------------------------------------------------------------
 
@@ -203,6 +254,7 @@ class GMMNP(RegressionMethod):
         return ranks < sizes.repeat(math.ceil(j / len(sizes)))[:j, None]
 
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
+        self.prepared = {}  # fitted with the weights before this step
         key, x, y = self._function(episode)
         seed = (int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "little")
                 if key else draw_seed(episode, SUBTASK_SALT))
@@ -226,6 +278,7 @@ class GMMNP(RegressionMethod):
                 for key, g in self.posteriors.items()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.prepared = {}
         self.posteriors = {key: GMM(v["log_w"], v["mean"], v["prec"]) for key, v in state.items()}
 
     def counters(self) -> dict[str, int]:
@@ -234,8 +287,9 @@ class GMMNP(RegressionMethod):
     # -- prediction ------------------------------------------------------------------------------
 
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
+        q = self.prepared.get(episode_key(episode), (None, None))[0]
+        q = self.context_posterior(episode) if q is None else q
         with seeded(episode, PREDICT_SALT):
-            q = self.posterior(episode.context_x, episode.context_y)
             z = q.mixture.sample((self.hparams["predict_samples"],))[:, 0]  # [S, d]
         with torch.no_grad():
             mean = self.decode(episode.target_x, z[:, None])[:, 0]  # [S, N, dy]
@@ -248,9 +302,12 @@ class GMMNP(RegressionMethod):
         empty context ``q(z|context) = p(z)``); ``iw >= elbo`` and ``iw - elbo`` estimates
         ``KL(q(z|targets) || posterior)`` (the paper's ELBO looseness, A.3.3)."""
         x, y = episode.target_x, episode.target_y
+        prior, proposal = self.prepared.get(episode_key(episode), (None, None))
+        prior = self.context_posterior(episode) if prior is None else prior
+        if proposal is None:
+            proposal = self.fit(x[None], y[None], prior=prior,
+                                generators=[generator(episode, PROPOSAL_FIT_SALT)])
         with seeded(episode, BOUNDS_SALT):
-            prior = self.posterior(episode.context_x, episode.context_y)
-            proposal = self.fit(x[None], y[None], prior=prior)
             z = proposal.mixture.sample((samples,))  # [S, 1, d]
         with torch.no_grad():
             mask = torch.ones(1, len(x), dtype=x.dtype, device=x.device)

@@ -36,7 +36,7 @@ Everything is batched over tasks and components: no Python loop over either.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -45,8 +45,9 @@ from torch import Tensor
 from zoo_gmm_np.gmm import GMM
 
 ETA_MAX = 1e5
-GRID, GRID_ROUNDS = 32, 3
-"""The eta search: ``GRID`` trials per round shrink the bracket of ``log(1 + eta)`` by ``GRID``."""
+GRID, GRID_ROUNDS = 8, 5
+"""The eta search: ``GRID`` trials per round shrink the bracket of ``log(1 + eta)`` by ``GRID``
+(8^5: a relative resolution of 3.5e-4 in ``1 + eta``, finer than the paper's 1e-3)."""
 MIN_EIGENVALUE = 1e-8
 """A candidate precision is positive definite if its whitened eigenvalues exceed this."""
 
@@ -59,13 +60,15 @@ Gaussian-mixture prior passed beside it (whose density and gradient are then ana
 class TRNGConfig:
     """How a step is taken: ``update`` ``"trust-region"`` (KL bound ``kl_bound`` per component)
     or ``"direct"`` (step size ``step_size``); ``diagonal`` keeps covariances diagonal; ``samples``
-    per task per step, split evenly over components (at least one each)."""
+    per task per step, split evenly over components (at least one each); ``dtype`` of the
+    per-draw work (:func:`estimate`; ``None``: the mixture's)."""
 
     update: str = "trust-region"
     kl_bound: float = 1e-3
     step_size: float = 0.1
     diagonal: bool = False
     samples: int = 128
+    dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         if self.update not in ("trust-region", "direct"):
@@ -155,28 +158,35 @@ def weight_step(log_w: Tensor, rho: Tensor, step: float = 1.0) -> Tensor:
 
 
 def estimate(gmm: GMM, log_target: LogTarget, per_component: int, noise: Tensor | None = None,
-             prior: GMM | None = None) -> tuple[Tensor, Tensor, Tensor]:
+             prior: GMM | None = None, dtype: torch.dtype | None = None
+             ) -> tuple[Tensor, Tensor, Tensor]:
     """Monte Carlo moments of Eq. 12 from ``per_component`` draws of every component:
     ``R [T, K, d, d]`` (h-form: Stein estimate for the reward minus ``Lambda``), ``r [T, K, d]``
     and ``rho [T, K]``, for ``log p~ = log_target + log prior``. ``noise [S, K, T, d]``:
-    standard-normal draws to use instead of fresh ones from the global generator."""
+    standard-normal draws to use instead of fresh ones from the global generator. ``dtype``: of
+    the per-draw work (draws, target, mixture scores; default the mixture's); the moments are
+    returned in the mixture's dtype."""
+    work = dtype or gmm.mean.dtype
     if noise is None:
-        z = gmm.sample_components(per_component)
-    else:  # the reparameterisation MultivariateNormal.rsample uses, with given draws
-        z = gmm.mean + (gmm.components.scale_tril @ noise.movedim(1, 2)[..., None])[..., 0]
-        z = z.movedim(1, 2)
+        t, k, d = gmm.mean.shape
+        noise = torch.randn(per_component, k, t, d, dtype=work, device=gmm.mean.device)
+    mean = gmm.mean.to(work)
+    scale = gmm.components.scale_tril.to(work)  # the reparameterisation of MultivariateNormal
+    z = (mean + (scale @ noise.to(work).movedim(1, 2)[..., None])[..., 0]).movedim(1, 2)
     z = z.detach().requires_grad_(True)
     with torch.enable_grad():
         value = log_target(z)  # [S, K, T]
         (grad,) = torch.autograd.grad(value.sum(), z)
-    log_q, score_q = gmm.log_prob_and_score(z.detach())
-    reward, grad = value.detach() - log_q, grad - score_q
+    z = z.detach()
+    log_q, score_q = gmm.log_prob_and_score(z)
+    reward, grad = value.detach().to(work) - log_q, grad.to(work) - score_q
     if prior is not None:
-        log_prior, score_prior = prior.log_prob_and_score(z.detach())
+        log_prior, score_prior = prior.log_prob_and_score(z)
         reward, grad = reward + log_prior, grad + score_prior
-    z, grad = z.detach().movedim(1, 2), grad.movedim(1, 2)  # [S, T, K, d]
-    hess = stein_hessian(z, gmm.mean, gmm.prec, grad) - gmm.prec
-    return hess, grad.mean(0), reward.mean(0).T
+    z, grad = z.movedim(1, 2), grad.movedim(1, 2)  # [S, T, K, d]
+    outer = stein_hessian(z, mean, gmm.prec.to(work), grad).to(gmm.prec.dtype)
+    return (outer - gmm.prec, grad.mean(0).to(gmm.mean.dtype),
+            reward.mean(0).T.to(gmm.mean.dtype))
 
 
 def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | None = None,
@@ -184,7 +194,8 @@ def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | No
     """One TRNG (or direct natural-gradient) step on every task's mixture at once (``noise``,
     ``prior``: as in :func:`estimate`)."""
     k = gmm.log_w.shape[-1]
-    hess, grad, rho = estimate(gmm, log_target, max(1, config.samples // k), noise, prior)
+    hess, grad, rho = estimate(gmm, log_target, max(1, config.samples // k), noise, prior,
+                               config.dtype)
     if config.diagonal:
         hess = torch.diag_embed(torch.diagonal(hess, dim1=-2, dim2=-1))
     kl = StepKL(gmm.prec, hess, grad)
@@ -203,10 +214,19 @@ def step(gmm: GMM, log_target: LogTarget, config: TRNGConfig, noise: Tensor | No
 
 
 def fit(gmm: GMM, log_target: LogTarget, config: TRNGConfig, steps: int,
-        prior: GMM | None = None) -> tuple[GMM, int]:
-    """``steps`` TRNG steps from ``gmm``; the mixtures and the number of failed component steps."""
+        prior: GMM | None = None, generators: Sequence[torch.Generator] | None = None
+        ) -> tuple[GMM, int]:
+    """``steps`` TRNG steps from ``gmm``; the mixtures and the number of failed component steps.
+    ``generators``: one per task, whose draws that task's steps use (default: the global
+    generator), so that a task's fit does not depend on the tasks fitted beside it."""
     failures = 0
+    (t, k, d), work = gmm.mean.shape, config.dtype or gmm.mean.dtype
+    if generators is not None and len(generators) != t:
+        raise ValueError(f"{len(generators)} generators for {t} tasks: give one per task")
     for _ in range(steps):
-        gmm, info = step(gmm, log_target, config, prior=prior)
+        noise = None if generators is None else torch.cat([
+            torch.randn(max(1, config.samples // k), k, 1, d, generator=g, dtype=work,
+                        device=gmm.mean.device) for g in generators], 2)
+        gmm, info = step(gmm, log_target, config, noise, prior)
         failures += int(info.failed.sum())
     return gmm, failures
