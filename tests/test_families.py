@@ -141,3 +141,30 @@ def test_kernel_matrices_are_formed_in_float64():
     assert mats.Kss.dtype == DTYPE
     assert torch.allclose(mats.Kss[0], reference, atol=1e-9), \
         float((mats.Kss[0] - reference).abs().max())
+
+
+class Linear(Backbone):
+    """A trainable backbone, so that the backbone's group is not empty."""
+
+    feature_dim = D
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(D, D)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layer(x.flatten(1)[:, :D])
+
+
+def _groups(**hparams: Any) -> list[tuple[float, set[str]]]:
+    method = SiteGP(Linear(), way=C, kernel=KERNELS["rbf"](D), kernel_lr=1e-4, lr=1e-3, **hparams)
+    names = {id(p): n for n, p in method.named_parameters()}
+    return [(g["lr"], {names[id(p)] for p in g["params"]}) for g in method.param_groups()]
+
+
+def test_outputscale_lr_moves_only_the_output_scale_to_its_own_group():
+    backbone = {"backbone.layer.weight", "backbone.layer.bias"}
+    kernel = {"kernel.raw_outputscale", "kernel.raw_lengthscale"}
+    assert _groups() == [(1e-3, backbone), (1e-4, kernel)]
+    assert _groups(outputscale_lr=0.1) == [(1e-3, backbone), (1e-4, {"kernel.raw_lengthscale"}),
+                                           (0.1, {"kernel.raw_outputscale"})]

@@ -214,6 +214,31 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--dataset", "digits"]) == 2  # no model there
 
 
+def test_evaluate_on_the_validation_split_never_draws_a_test_episode(tmp_path, capsys,
+                                                                       monkeypatch):
+    import zoo.tasks.classification as classification
+
+    run = tmp_path / "run"
+    assert main(["train", "protonet", "--dataset", "glyphs", "--way", "3", "--shot", "1",
+                 "--episodes", "2", "--query", "2", "--val-episodes", "1", "--val-every", "2",
+                 "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
+    splits = []
+    sampler = classification.EpisodeSampler
+
+    def recording(dataset, split, *args, **kwargs):
+        splits.append(split)
+        return sampler(dataset, split, *args, **kwargs)
+
+    monkeypatch.setattr(classification, "EpisodeSampler", recording)
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--dataset", "glyphs", "--split", "val", "--seed", "7",
+                 "--episodes", "2", "--device", "cpu", "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert splits == ["val"] and summary["split"] == "val" and summary["test_episodes"] == 2
+    assert main(["evaluate", str(run), "--dataset", "digits", "--split", "val"]) == 2
+    assert "has no validation split" in capsys.readouterr().err
+
+
 def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
     from zoo.runner.suite import suite_from_dict
 

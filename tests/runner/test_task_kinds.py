@@ -110,8 +110,8 @@ def zoo_register_suites(register):
         register(name, suite)
 '''
 
-TIMING = {"seconds", "update_seconds", "train_seconds", "eval_seconds_per_episode", "update_ms",
-          "versions", "git_commit", "device"}
+TIMING = {"seconds", "update_seconds", "train_seconds", "val_seconds", "eval_seconds_per_episode",
+          "update_ms", "versions", "git_commit", "device"}
 
 
 @pytest.fixture

@@ -49,6 +49,10 @@ class GPMethod(LatentGaussianMethod):
     any_way: ClassVar[bool] = True
     hyperparameters = {
         "kernel_lr": HParam(1e-4, gt=0, doc="Adam learning rate of the kernel"),
+        "outputscale_lr": HParam(None, type=float, gt=0, doc="Adam learning rate of the kernel's "
+                                 "output scale (None: kernel_lr). At the papers' kernel_lr = 1e-4 "
+                                 "the scale stays near its initial 1 for thousands of steps, which "
+                                 "keeps bounded kernels' probabilities near uniform"),
         "per_class_kernel": HParam(False, doc="one set of kernel hyper-parameters per class "
                                    "(read by zoo.method.build_method)"),
         "algebra": HParam("auto", choices=ROUTES, doc="GP algebra route (zoo.gram): dense N x N, "
@@ -130,10 +134,19 @@ class GPMethod(LatentGaussianMethod):
         return torch.nn.functional.one_hot(episode.support_y, episode.way).to(DTYPE)
 
     def param_groups(self) -> list[dict[str, Any]]:
+        """The backbone at ``lr``, the kernel at ``kernel_lr``, and its output scale(s) at
+        ``outputscale_lr`` when that is set."""
         kernel = [p for p in self.kernel.parameters() if p.requires_grad]
+        scale_lr = self.hparams["outputscale_lr"]
+        scales = [p for name, p in self.kernel.named_parameters()
+                  if p.requires_grad and name.endswith("raw_outputscale")] if scale_lr else []
         ids = {id(p) for p in kernel}
+        scale_ids = {id(p) for p in scales}
         rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
         groups = [{"params": rest, "lr": self.hparams["lr"]}]
+        kernel = [p for p in kernel if id(p) not in scale_ids]
         if kernel:
             groups.append({"params": kernel, "lr": self.hparams["kernel_lr"]})
+        if scales:
+            groups.append({"params": scales, "lr": scale_lr})
         return groups

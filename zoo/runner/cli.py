@@ -153,6 +153,11 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=600,
                    help="test episodes (default: %(default)s, the usual few-shot protocol)")
     p.add_argument("--seed", type=int, default=None, help="episode seed (default: the run's)")
+    p.add_argument("--split", default="test", choices=["test", "val"],
+                   help="score test episodes (default) or validation episodes of the trained "
+                   "shape (studies that choose or compare variants without reading the test "
+                   "split; use another --seed than the run's, whose validation episodes selected "
+                   "its checkpoint)")
     _device_arg(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true")
@@ -168,7 +173,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.cell import DatasetCache
     from zoo.runner.cells import Cell
     from zoo.runner.evaluate import evaluate
-    from zoo.runner.train import build_for_cell, load_run
+    from zoo.runner.train import build_for_cell, has_split, load_run
     from zoo.runner.validate import check_settings
 
     check_settings({"ways": args.way, "shots": args.shot, "query": args.query,
@@ -196,13 +201,16 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     train_data = datasets.get(config["train_dataset"])
     task.check_data(test_data, args.dataset)
     task.check_compatible(train_data, test_data, config["method"])
+    if args.split == "val" and not has_split(test_data, "val"):
+        raise ZooError(f"data set {args.dataset!r} has no validation split; drop --split val")
     method = build_for_cell(cell, train_data, device, reg)
     method.load_state_dict(blob["state_dict"])
     records = evaluate(task, method, config["method"], test_data, shape=cell.shape, seed=seed,
                        count=args.episodes, temperature=blob["temperature"],
-                       progress=not args.no_progress, label=f"{config['method']} {args.dataset}")
+                       progress=not args.no_progress, label=f"{config['method']} {args.dataset}",
+                       split=args.split)
     summary = {"method": config["method"], "train_dataset": config["train_dataset"],
-               "dataset": args.dataset, "way": way, "shot": shot, "seed": seed,
+               "dataset": args.dataset, "split": args.split, "way": way, "shot": shot, "seed": seed,
                **task.summarise(records), "temperature": blob["temperature"]}
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -1,4 +1,5 @@
-"""Scoring a trained model on test episodes, resumably.
+"""Scoring a trained model on test episodes (or, for studies that must not read the test split,
+validation episodes), resumably.
 
 The cell's task kind gives the test episodes (identical for every method with the same seed, so
 results can be compared pairwise), lets the method prepare them together (a batched inference;
@@ -28,9 +29,14 @@ FLUSH_SECONDS = 5.0
 
 def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, shape: Shape,
              seed: int, count: int, temperature: float, records_path: Path | None = None,
-             progress: bool = False, label: str = "") -> list[dict[str, Any]]:
-    """Per-episode records for the test episodes; resumes from ``records_path`` if given."""
-    n, get = task.test_episodes(dataset, shape, seed, count)
+             progress: bool = False, label: str = "", split: str = "test"
+             ) -> list[dict[str, Any]]:
+    """Per-episode records for the test episodes (``split="val"``: ``count`` validation episodes
+    of the trained shape, drawn with ``seed``); resumes from ``records_path`` if given."""
+    if split == "test":
+        n, get = task.test_episodes(dataset, shape, seed, count)
+    else:
+        n, get = count, task.episodes(dataset, split, shape, seed, training=False)
     lines: list[str] = []
     if records_path is not None and records_path.exists():
         lines = [json.dumps(r) + "\n" for r in read_jsonl(records_path)][:n]

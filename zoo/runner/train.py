@@ -45,7 +45,8 @@ class TrainState:
     episode: int = 0
     best_val: float = -math.inf
     best_episode: int = -1
-    seconds: float = 0.0
+    seconds: float = 0.0  # training and validation
+    val_seconds: float = 0.0
     steps: int = 0
     skipped_steps: int = 0
     bad_run: int = 0
@@ -210,7 +211,9 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
             if validating:
                 start = time.perf_counter()
                 run_validation()
-                state.seconds += time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                state.seconds += elapsed
+                state.val_seconds += elapsed
                 bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
         if state.episode - last_checkpoint >= cell.checkpoint_every or \
                 state.episode == cell.train_episodes:
@@ -250,7 +253,8 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
                     "no temperature scaling (a suite's val_dataset names another data set's)",
                     cell.label, cell.val_dataset or cell.train_dataset)
     method.eval()
-    info = {"train_seconds": state.seconds, "skipped_steps": state.skipped_steps,
+    info = {"train_seconds": state.seconds, "val_seconds": state.val_seconds,
+            "skipped_steps": state.skipped_steps,
             "training_steps": state.steps,
             cell.task.selection_key: state.best_val if validating else None,
             "best_episode": state.best_episode if validating else state.episode,
