@@ -100,6 +100,15 @@ class Estimator(ABC):
         rule = self.rule(mean.shape[-1], seed=seed, device=mean.device)
         return Estimate(rule.expect(g, mean, var))
 
+    def make_state(self) -> torch.nn.Module | None:
+        """What the estimator learns across calls (a meta-learned control variate), owned and
+        checkpointed by the method that uses it; ``None`` for a stateless estimator."""
+        return None
+
+    def bind(self, state: torch.nn.Module | None) -> Estimator:
+        """This estimator using ``state`` (from :meth:`make_state`)."""
+        return self
+
 
 def standard_normal_draws(n: int, dim: int, *, method: str = "sobol", seed: int = 0,
                           device: torch.device | str | None = None) -> Tensor:

@@ -12,6 +12,7 @@ import torch
 from zoo.control_variates import linear, neural, vector_valued
 from zoo.expectations import build_estimator
 from zoo.kernels import RBFKernel
+from zoo.stein import first_order
 from zoo.stein_kernels import matrix_stein_kernel, stein_kernel
 from zoo.variational import SoftmaxMean
 
@@ -257,9 +258,26 @@ def test_adapted_meta_cv_keeps_the_stein_identity_on_a_new_task():
     meta = neural.MetaCV(1, hidden=(8,), steps=1, inner_lr=0.1)
     theta = meta.adapt(x, s, f)
     z = torch.randn(1, 200_000, 1, dtype=D)
-    g = neural.stein_values([p.detach() for p in theta], z, -z, False, create_graph=False)
-    g = g.detach()
+    g = neural.stein_values([p.detach() for p in theta], z, -z, False)
     assert abs(float(g.mean())) < 4 * float(g.std()) / math.sqrt(z.shape[1])
+
+
+@pytest.mark.parametrize("boundary", [False, True])
+def test_forward_mode_stein_values_equal_the_autograd_operator(boundary):
+    """The layer-by-layer slope of every output (centred or not) equals ``L'[u_k 1]`` by autograd
+    (``zoo.stein.first_order``), with a leading task axis."""
+    g = torch.Generator().manual_seed(0)
+    params = [p.expand(2, *p.shape).clone() for p in
+              neural.init_params(3, (5, 4), outputs=3, generator=g, scale=0.7)]
+    x = torch.rand(2, 6, 3, generator=g, dtype=D)
+    s = torch.randn(2, 6, 3, generator=g, dtype=D)
+    for centre in (False, True):
+        ours = neural.stein_values(params, x, s, boundary, centre)
+        for k in range(3):
+            ref = first_order(lambda z, k=k, c=centre: neural.potential(params, z, boundary, c)[..., k],
+                              x, s)
+            torch.testing.assert_close(ours[..., k], ref, rtol=1e-10, atol=1e-12)
+    assert neural.potential(params, x, boundary, True).sum(-1).abs().max() < 1e-12
 
 
 def test_stein_kernel_of_the_gaussian_estimator_matches_the_whitened_score():

@@ -42,7 +42,9 @@ class LatentGaussianMethod(Method):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.jitter = JitterPolicy()  # counted, reported with the results (counters)
-        self.estimator()  # an unknown estimator or option fails here, before training
+        # an unknown estimator or option fails here, before training; a learning estimator's state
+        # (meta-cv) is a submodule, checkpointed with the method
+        self.estimator_state = build_estimator(self.hparams["estimator"]).make_state()
 
     def counters(self) -> dict[str, int]:
         return {"jitter": self.jitter.uses}
@@ -53,7 +55,7 @@ class LatentGaussianMethod(Method):
     def estimator(self, **fallback: Any) -> Estimator:
         """The configured estimator; ``fallback`` options (e.g. ``samples``) fill what its spec
         leaves unset."""
-        return build_estimator(self.hparams["estimator"], **fallback)
+        return build_estimator(self.hparams["estimator"], **fallback).bind(self.estimator_state)
 
     def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
         """Latent marginals of the queries given the support: mean and variance, each ``[Q, C]``
