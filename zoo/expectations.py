@@ -90,6 +90,10 @@ class Estimator(ABC):
     """Estimates ``E_{N(mean, diag var)}[g(f)]`` over the last axis of ``mean`` and ``var``."""
 
     name: ClassVar[str]
+    fits_integrand: ClassVar[bool] = False
+    """A control variate: it fits a function of the integration variable, so its cost grows with
+    the dimension and callers integrate in the smallest space (a last layer's class latents, not
+    its weights)."""
 
     @abstractmethod
     def rule(self, dim: int, *, seed: int = 0, device: torch.device | str | None = None) -> Rule:

@@ -285,3 +285,28 @@ def test_stein_kernel_of_the_gaussian_estimator_matches_the_whitened_score():
     kernel = RBFKernel(3).double()
     torch.testing.assert_close(stein_kernel(kernel, z, z, -z, -z),
                                stein_kernel(kernel, z, z, -z, -z).T)
+
+
+def test_vv_cv_estimator_with_zero_correlation_is_each_task_alone():
+    """B = I decouples the queries' vv-CV into one GLS control functional per query (each on its
+    own draws); a positive correlation couples them."""
+    mean = torch.randn(3, 2, dtype=D, generator=torch.Generator().manual_seed(0))
+    var = torch.rand(3, 2, dtype=D, generator=torch.Generator().manual_seed(1)) + 0.1
+
+    def g(f):
+        return torch.sin(f) + f.pow(2)
+
+    est = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.0,lengthscale=1.5]")
+    e = est.expect(g, mean, var, seed=4)
+    z = est.task_draws(2, 3, 4)
+    kernel = RBFKernel(2, lengthscale=1.5, learn_outputscale=False).double()
+    flat = z.reshape(-1, 2)
+    k0 = stein_kernel(kernel, flat, flat, -flat, -flat).detach()
+    lam = est.lam * float(k0.diagonal().mean()) * 12
+    for t in range(3):
+        K0 = stein_kernel(kernel, z[t], z[t], -z[t], -z[t])
+        beta, _, _ = linear.gls_fit(K0, g(mean[t] + var[t].sqrt() * z[t]), lam)
+        torch.testing.assert_close(e.value[t], beta, rtol=1e-8, atol=1e-10)
+    assert torch.isfinite(e.stderr).all() and (e.stderr > 0).all()
+    coupled = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.5,lengthscale=1.5]")
+    assert not torch.allclose(coupled.expect(g, mean, var, seed=4).value, e.value)

@@ -41,6 +41,7 @@ class _WhitenedCV(Estimator):
     estimate: str = "intercept"
     draws: str = "mc"
     exact_rule: ClassVar[bool] = True
+    fits_integrand: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_mode(self.estimate)
@@ -159,6 +160,7 @@ class _FittedCV(Estimator):
     samples: int = 64
     estimate: str = "split"
     draws: str = "mc"
+    fits_integrand: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_mode(self.estimate)
@@ -336,6 +338,7 @@ class MetaCVState(nn.Module):
             for p, grad in zip(params, torch.autograd.grad(loss, params)):
                 p.grad = grad
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)  # the classifier's optimiser must skip them
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
         """Builds the meta-parameters from a checkpoint's shapes before loading them."""
