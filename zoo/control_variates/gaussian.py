@@ -130,6 +130,10 @@ class ControlFunctionalEstimator(_WhitenedCV):
         return e.value, e.stderr
 
 
+TASK_CHUNK = 1024
+"""Tasks fitted at once by the fitted CVs (their per-task parameters bound the memory)."""
+
+
 def _pointwise(g: Integrand | FusedIntegrand) -> Integrand:
     if isinstance(g, FusedIntegrand) and not callable(g):
         raise HyperParameterError(f"{type(g).__name__} is evaluated only under a rule; a fitted "
@@ -190,9 +194,12 @@ class _FittedCV(Estimator):
         values = g(m[:, None, :] + sd[:, None, :] * z.to(mean.dtype))  # [T, S, *out]
         out = values.shape[2:]
         v = values.reshape(len(m), self.samples, -1).double()
-        e = self.fit(z, v, _sums_to_constant(v.detach()))
-        return Estimate(e.value.reshape(*batch, *out).to(values.dtype),
-                        e.stderr.reshape(*batch, *out).to(values.dtype))
+        centre = _sums_to_constant(v.detach())
+        parts = [self.fit(z[i:i + TASK_CHUNK], v[i:i + TASK_CHUNK], centre)
+                 for i in range(0, len(m), TASK_CHUNK)]
+        value, stderr = torch.cat([e.value for e in parts]), torch.cat([e.stderr for e in parts])
+        return Estimate(value.reshape(*batch, *out).to(values.dtype),
+                        stderr.reshape(*batch, *out).to(values.dtype))
 
 
 @dataclass(frozen=True)
