@@ -10,7 +10,8 @@ logistic-softmax and OVE use their predictive losses then, which integrate throu
 estimator); record the estimator's last integral of every test episode (integrand, marginals),
 then re-estimate the probabilities with every (estimator, budget, seed). Prints, per estimator
 and budget: the variance of the probabilities over seeds, their RMS error against a 65,536-point
-Sobol reference, and NLL / ECE (15 bins) / accuracy of the queries; the smallest budget that
+Sobol reference, NLL / ECE (15 bins) / accuracy of the queries and the wall time of one
+episode's probabilities (error against time at equal budgets); the smallest budget that
 matches plain Monte Carlo's NLL at 256; and, for md-bfsc, the RMS error of the inner loop's
 expected-gradient terms ``E[s]``, ``E[s^2]`` (softmax moments under the estimator's rule: the
 fitted CVs' rule is their plain draws) against the reference.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -140,14 +142,16 @@ def run(name: str, args) -> dict:
             if args.max_fitted < S and spec.split("[")[0] in ("neural-cv", "vv-cv", "meta-cv"):
                 continue
             est = build_estimator(spec, samples=S)
+            start = time.perf_counter()
             draws = [[probs_of(est, c, 1000 + r) for r in range(args.seeds)] for c, _ in cases]
+            ms = 1000 * (time.perf_counter() - start) / (len(cases) * args.seeds)
             var = np.mean([float(torch.stack(d).var(0).mean()) for d in draws])
             rmse = np.sqrt(np.mean([float((torch.stack(d) - ref).pow(2).mean())
                                     for d, ref in zip(draws, refs)]))
             per_seed = [metrics(torch.cat([d[r] for d in draws]),
                                 torch.cat([y for _, y in cases])) for r in range(args.seeds)]
             row = {k: float(np.mean([m[k] for m in per_seed])) for k in per_seed[0]}
-            row |= {"variance": var, "rmse": rmse}
+            row |= {"variance": var, "rmse": rmse, "ms": ms}
             if name == "md-bfsc":  # the inner loop's expected-gradient terms under this rule
                 errs = []
                 for (c, _), (_, s_ref, s2_ref) in zip(cases, ref_moments):
@@ -159,7 +163,8 @@ def run(name: str, args) -> dict:
                 row["grad_rmse"] = float(np.sqrt(np.mean(errs)))
             rows[f"{spec} S={S}"] = row
             print(f"{name:16s} {spec:20s} S={S:4d}: var {var:.2e} rmse {rmse:.2e} "
-                  f"nll {row['nll']:.4f} ece {row['ece']:.4f} acc {row['acc']:.3f}"
+                  f"nll {row['nll']:.4f} ece {row['ece']:.4f} acc {row['acc']:.3f} "
+                  f"{ms:8.1f} ms/episode"
                   + (f" grad-rmse {row['grad_rmse']:.2e}" if "grad_rmse" in row else ""),
                   flush=True)
     ref_metrics = metrics(torch.cat(refs), torch.cat([y for _, y in cases]))

@@ -3,19 +3,25 @@ probabilities of the latent-Gaussian classifiers: ``E[g(f)]``, ``f ~ N(m, diag v
 
 In whitened coordinates ``f = m + sqrt(v) z`` the target is ``N(0, I)`` with score ``-z``
 whatever the marginals, so one design (draws ``z`` and their CV features or Stein Gram matrix)
-serves every query and class. Both CVs here are linear in the integrand values, so each is a
-weighted rule (weights summing to one, some negative): it plugs into every place that takes a
-rule, fused integrands and md-bfsc's inner loop included, and because the weights are shared
-across classes, estimated softmax probabilities sum to one exactly.
+serves every query and class, and the estimated class probabilities sum to one exactly:
 
-* ``poly-cv``: polynomial Stein CV (degree 1 or 2; degree 2 is exact for quadratics, ``1 + d +
-  d^2`` coefficients, under-determined below that many samples and then ridge-regularised);
-* ``control-functional``: Stein kernel of an RBF; ``lengthscale`` fixed, or (unset) by the Stein
-  marginal likelihood summed over all integrands when the integrand is evaluated point-wise
-  (``sqrt(d)`` for a fused integrand, which hides its values).
+* ``poly-cv``, ``control-functional``: linear in the integrand values, so each is a weighted rule
+  (weights summing to one, some negative) that plugs into every place taking a rule, fused
+  integrands and md-bfsc's inner loop included; shared weights keep the sum. ``poly-cv``: degree
+  1 or 2 (degree 2 is exact for quadratics, ``1 + d + d^2`` coefficients, ridge-regularised when
+  under-determined); ``control-functional``: the Stein kernel of an RBF, ``lengthscale`` fixed
+  or (unset) by the Stein marginal likelihood summed over all integrands (``sqrt(d)`` for a fused
+  integrand that cannot be evaluated point-wise).
+* ``neural-cv``, ``vv-cv``, ``meta-cv`` (:class:`_FittedCV`): fitted to the values, not rules.
+  The neural CVs give each integral's ``K`` integrands ``K`` potentials, centred so that their
+  Stein values sum to zero when the integrands sum to a constant; ``vv-cv`` couples the queries
+  (its related tasks) by one linear map ``A`` with ``A H = I`` shared by the classes; ``meta-cv``
+  is meta-trained on the integrals the classifier evaluates during its own meta-training.
 
-``estimate``: ``intercept`` (default) or ``split``, see :mod:`zoo.control_variates.fitting`.
-The reported standard error is the regression's (intercept) or the held-out one (split).
+``estimate``: ``intercept`` (default of ``poly-cv``, ``control-functional``, ``vv-cv``) or
+``split`` (default of ``neural-cv``, ``meta-cv``), see :mod:`zoo.control_variates.fitting`. Each
+reports its standard error: the regression's (intercept), the held-out one (split), the GLS one
+(``vv-cv``).
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ class _WhitenedCV(Estimator):
 
     def expect(self, g: Integrand | FusedIntegrand, mean: Tensor, var: Tensor, *,
                seed: int = 0) -> Estimate:
-        if isinstance(g, FusedIntegrand):
+        if isinstance(g, FusedIntegrand) and not callable(g):  # its values are hidden: no error
             return super().expect(g, mean, var, seed=seed)
         z = self.draw(mean.shape[-1], seed).to(mean.device)
         values = g(mean[..., None, :] + var.clamp_min(0).sqrt()[..., None, :] * z.to(mean.dtype))
