@@ -81,3 +81,8 @@ def test_ove_takes_the_fitted_estimators_on_its_pairwise_integrals():
     model = build_for_tests("ove", way=3, estimator="neural-cv[samples=8,epochs=2,width=4]",
                             test_steps=2)
     _sums_to_one(model, toy_episode(way=3, shot=2))
+
+
+def test_meta_cv_is_refused_where_meta_training_integrates_nothing_through_the_estimator():
+    with pytest.raises(HyperParameterError, match="evaluates none"):
+        build_for_tests("md-bfsc", way=3, estimator="meta-cv", loss="elbo")
