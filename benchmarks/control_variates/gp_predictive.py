@@ -190,7 +190,7 @@ def main() -> None:
     p.add_argument("--budgets", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256])
     p.add_argument("--train-episodes", type=int, default=0)
     p.add_argument("--estimators", nargs="+", default=ESTIMATORS)
-    p.add_argument("--train-estimator", default="meta-cv[samples=16,width=32]",
+    p.add_argument("--train-estimator", default="meta-cv[samples=16,width=32,meta_steps=20]",
                    help="the estimator of the brief meta-training (meta-cv harvests there)")
     p.add_argument("--max-fitted", type=int, default=256,
                    help="largest budget of neural-cv, vv-cv and meta-cv (their fits cost most)")

@@ -252,8 +252,9 @@ class VectorValuedCVEstimator(_FittedCV):
         if self.estimate != "intercept":
             raise HyperParameterError("vv-cv: only estimate=intercept (the closed form's GLS "
                                       "intercept, as the thesis's vv-CV experiments)")
-        if not -1 < self.correlation < 1 or not isinstance(self.tasks, int) or self.tasks < 1:
-            raise HyperParameterError(f"vv-cv: correlation in (-1, 1) and tasks >= 1, got "
+        if not 0 <= self.correlation < 1 or not isinstance(self.tasks, int) or self.tasks < 1:
+            raise HyperParameterError(f"vv-cv: correlation in [0, 1) (B positive definite for any "
+                                      f"number of tasks) and tasks >= 1, got "
                                       f"{self.correlation!r}, {self.tasks!r}")
 
     def task_draws(self, dim: int, tasks: int, seed: int) -> Tensor:
@@ -331,8 +332,8 @@ class MetaCVState(nn.Module):
         return self.meta
 
     def step(self, z: Tensor, values: Tensor, centre: bool) -> None:
-        """Harvest ``T`` integrals ``z [T, S, d]``, ``values [T, S, K]`` and take one outer step
-        on ``meta_batch`` of the kept ones (Sun 2023, Algorithm 6)."""
+        """Harvest ``T`` integrals ``z [T, S, d]``, ``values [T, S, K]`` and take ``meta_steps``
+        outer steps, each on ``meta_batch`` of the kept ones (Sun 2023, Algorithm 6)."""
         meta = self.build(z.shape[-1], values.shape[-1], centre)
         z, values = z.detach().cpu(), values.detach().cpu()
         if self.z is not None and self.z.shape[1:] == z.shape[1:]:
@@ -340,17 +341,17 @@ class MetaCVState(nn.Module):
         self.z, self.values = z[-self.spec.harvest:], values[-self.spec.harvest:]
         self.harvested += len(z)
         g = torch.Generator().manual_seed(self.harvested)
-        idx = torch.randint(len(self.z), (self.spec.meta_batch,), generator=g)
         device = meta.params[0].device
-        zb, vb = self.z[idx].to(device), self.values[idx].to(device)
+        params = list(meta.parameters())
         assert self.optimizer is not None
-        self.optimizer.zero_grad()
-        with torch.enable_grad():
-            loss = meta.meta_loss(zb, -zb, vb)
-            params = list(meta.parameters())
-            for p, grad in zip(params, torch.autograd.grad(loss, params)):
+        for _ in range(self.spec.meta_steps):
+            idx = torch.randint(len(self.z), (self.spec.meta_batch,), generator=g)
+            zb, vb = self.z[idx].to(device), self.values[idx].to(device)
+            with torch.enable_grad():
+                grads = torch.autograd.grad(meta.meta_loss(zb, -zb, vb), params)
+            for p, grad in zip(params, grads):
                 p.grad = grad
-        self.optimizer.step()
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # the classifier's optimiser must skip them
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
@@ -368,10 +369,11 @@ class MetaCVState(nn.Module):
 class MetaCVEstimator(_FittedCV):
     """The meta-learned CV for tiny budgets (Sun 2023, Ch. 5) inside a classifier: while the
     classifier meta-trains, every integral it evaluates through this estimator is harvested
-    (whitened draws and integrand values) and the meta-CV takes one outer step on ``meta_batch``
-    harvested integrals (its own Adam, rate ``lr``); at test each integral adapts the meta-CV by
-    ``steps`` inner steps on its fitting half and estimates on the other (``split``). The
-    classifier owns the learned :class:`MetaCVState` (``state``, set by the method)."""
+    (whitened draws and integrand values) and the meta-CV takes ``meta_steps`` outer steps, each on
+    ``meta_batch`` harvested integrals (its own Adam, rate ``lr``); at test each integral adapts
+    the meta-CV by ``steps`` inner steps on its fitting half and estimates on the other
+    (``split``). The classifier owns the learned :class:`MetaCVState` (``state``, set by the
+    method)."""
 
     name: ClassVar[str] = "meta-cv"
     steps: int = 1
@@ -380,6 +382,7 @@ class MetaCVEstimator(_FittedCV):
     lr: float = 2e-3
     penalty: float = 5e-6
     meta_batch: int = 16
+    meta_steps: int = 1
     harvest: int = 4096
     first_order: bool = False
     state: MetaCVState | None = field(default=None, compare=False, repr=False)
