@@ -336,10 +336,10 @@ class MetaCVState(nn.Module):
         outer steps, each on ``meta_batch`` of the kept ones (Sun 2023, Algorithm 6)."""
         meta = self.build(z.shape[-1], values.shape[-1], centre)
         z, values = z.detach().cpu(), values.detach().cpu()
+        self.harvested += len(z)
         if self.z is not None and self.z.shape[1:] == z.shape[1:]:
             z, values = torch.cat([self.z, z]), torch.cat([self.values, values])
         self.z, self.values = z[-self.spec.harvest:], values[-self.spec.harvest:]
-        self.harvested += len(z)
         g = torch.Generator().manual_seed(self.harvested)
         device = meta.params[0].device
         params = list(meta.parameters())
