@@ -89,6 +89,7 @@ def test_every_method_estimates_every_family(cls, load):
     assert abs(prediction.value - episode.truth) < 10 * abs(episode.truth) + 1
 
 
+@pytest.mark.slow
 def test_closed_form_cvs_beat_monte_carlo_on_the_south_pair():
     family = load_south()
     records = {name: [] for name in ("poly-cv", "control-functional", "vv-cv")}
