@@ -116,6 +116,10 @@ class Estimator(ABC):
     """Estimates ``E_{N(mean, diag var)}[g(f)]`` over the last axis of ``mean`` and ``var``."""
 
     name: ClassVar[str]
+    fits_integrand: ClassVar[bool] = False
+    """A control variate: it fits a function of the integration variable, so its cost grows with
+    the dimension and callers integrate in the smallest space (a last layer's class latents, not
+    its weights)."""
 
     @abstractmethod
     def rule(self, dim: int, *, seed: int = 0, device: torch.device | str | None = None) -> Rule:
@@ -125,6 +129,15 @@ class Estimator(ABC):
                seed: int = 0) -> Estimate:
         rule = self.rule(mean.shape[-1], seed=seed, device=mean.device)
         return Estimate(rule.expect(g, mean, var))
+
+    def make_state(self) -> torch.nn.Module | None:
+        """What the estimator learns across calls (a meta-learned control variate), owned and
+        checkpointed by the method that uses it; ``None`` for a stateless estimator."""
+        return None
+
+    def bind(self, state: torch.nn.Module | None) -> Estimator:
+        """This estimator using ``state`` (from :meth:`make_state`)."""
+        return self
 
 
 def standard_normal_draws(n: int, dim: int, *, method: str = "sobol", seed: int = 0,

@@ -123,7 +123,7 @@ def _boundary(kernel: BoundaryKernel, x: Tensor, y: Tensor) -> Derivatives:
     """``k = delta(x) delta(y) r(x, y)`` by the product rule from ``r``'s derivatives."""
     r = derivatives(kernel.inner, x, y)
     dx_, dy_ = boundary_factor(x), boundary_factor(y)
-    gx, gy = _boundary_gradient(x), _boundary_gradient(y)
+    gx, gy = boundary_gradient(x), boundary_gradient(y)
     both = dx_[..., :, None] * dy_[..., None, :]
     k = both * r.k
     dx = both[..., None] * r.dx + (r.k * dy_[..., None, :])[..., None] * gx[..., :, None, :]
@@ -134,7 +134,7 @@ def _boundary(kernel: BoundaryKernel, x: Tensor, y: Tensor) -> Derivatives:
     return Derivatives(k, dx, dy, trace)
 
 
-def _boundary_gradient(x: Tensor) -> Tensor:
+def boundary_gradient(x: Tensor) -> Tensor:
     """``grad delta(x)``: ``(1 - 2 x_j) prod_{i != j} x_i (1 - x_i)``."""
     factors = x * (1 - x)
     d = x.shape[-1]

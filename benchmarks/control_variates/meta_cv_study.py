@@ -133,12 +133,19 @@ def main() -> None:
     p.add_argument("--width", type=int, default=80)
     p.add_argument("--first-order", action="store_true")
     p.add_argument("--steps-study", type=int, nargs="*", default=[])
+    p.add_argument("--no-main", action="store_true", help="only the L study")
     p.add_argument("--out", type=Path, default=Path("results/meta-cv-study"))
     args = p.parse_args()
     torch.set_default_dtype(torch.float64)
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
-    for dim in args.dims:
+
+    def save() -> None:  # after every cell, so that a stopped run keeps what it computed
+        (args.out / "results.json").write_text(json.dumps(
+            {"args": vars(args) | {"out": str(args.out)}, "results": results}, indent=1))
+        plot(results, args.out)
+
+    for dim in args.dims if not args.no_main else []:
         for n in args.sizes:
             meta, offline = meta_train(dim, n, args, args.steps, args.inner_lr)
             rows = evaluate(dim, n, args, meta, offline)
@@ -150,6 +157,7 @@ def main() -> None:
                   f"{rows['meta-cv']['online_s']:.2f} s for {args.test_tasks} tasks; neural-cv "
                   f"{rows['neural-cv']['online_s']:.1f} s; CF {rows['control-functional']['online_s']:.1f} s",
                   flush=True)
+            save()
     for L in args.steps_study:
         dim, n = args.dims[0], args.sizes[len(args.sizes) // 2]
         meta, offline = meta_train(dim, n, args, L, 0.01 / (50 * L))
@@ -157,9 +165,7 @@ def main() -> None:
         results.append({"study": "L", "dim": dim, "n": n, "L": L, "methods": rows})
         print(f"L={L} (d={dim}, N_t={n}): meta-cv {rows['meta-cv']['mae']:.4f} +- "
               f"{rows['meta-cv']['ci95']:.4f}, mc {rows['mc']['mae']:.4f}", flush=True)
-    (args.out / "results.json").write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
-                                                      "results": results}, indent=1))
-    plot(results, args.out)
+        save()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 from zoo.control_variates import linear, neural, vector_valued
 from zoo.expectations import build_estimator
 from zoo.kernels import RBFKernel
+from zoo.stein import first_order
 from zoo.stein_kernels import matrix_stein_kernel, stein_kernel
 from zoo.variational import SoftmaxMean
 
@@ -257,9 +258,26 @@ def test_adapted_meta_cv_keeps_the_stein_identity_on_a_new_task():
     meta = neural.MetaCV(1, hidden=(8,), steps=1, inner_lr=0.1)
     theta = meta.adapt(x, s, f)
     z = torch.randn(1, 200_000, 1, dtype=D)
-    g = neural.stein_values([p.detach() for p in theta], z, -z, False, create_graph=False)
-    g = g.detach()
+    g = neural.stein_values([p.detach() for p in theta], z, -z, False)
     assert abs(float(g.mean())) < 4 * float(g.std()) / math.sqrt(z.shape[1])
+
+
+@pytest.mark.parametrize("boundary", [False, True])
+def test_forward_mode_stein_values_equal_the_autograd_operator(boundary):
+    """The layer-by-layer slope of every output (centred or not) equals ``L'[u_k 1]`` by autograd
+    (``zoo.stein.first_order``), with a leading task axis."""
+    g = torch.Generator().manual_seed(0)
+    params = [p.expand(2, *p.shape).clone() for p in
+              neural.init_params(3, (5, 4), outputs=3, generator=g, scale=0.7)]
+    x = torch.rand(2, 6, 3, generator=g, dtype=D)
+    s = torch.randn(2, 6, 3, generator=g, dtype=D)
+    for centre in (False, True):
+        ours = neural.stein_values(params, x, s, boundary, centre)
+        for k in range(3):
+            ref = first_order(lambda z, k=k, c=centre: neural.potential(params, z, boundary, c)[..., k],
+                              x, s)
+            torch.testing.assert_close(ours[..., k], ref, rtol=1e-10, atol=1e-12)
+    assert neural.potential(params, x, boundary, True).sum(-1).abs().max() < 1e-12
 
 
 def test_stein_kernel_of_the_gaussian_estimator_matches_the_whitened_score():
@@ -267,3 +285,28 @@ def test_stein_kernel_of_the_gaussian_estimator_matches_the_whitened_score():
     kernel = RBFKernel(3).double()
     torch.testing.assert_close(stein_kernel(kernel, z, z, -z, -z),
                                stein_kernel(kernel, z, z, -z, -z).T)
+
+
+def test_vv_cv_estimator_with_zero_correlation_is_each_task_alone():
+    """B = I decouples the queries' vv-CV into one GLS control functional per query (each on its
+    own draws); a positive correlation couples them."""
+    mean = torch.randn(3, 2, dtype=D, generator=torch.Generator().manual_seed(0))
+    var = torch.rand(3, 2, dtype=D, generator=torch.Generator().manual_seed(1)) + 0.1
+
+    def g(f):
+        return torch.sin(f) + f.pow(2)
+
+    est = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.0,lengthscale=1.5]")
+    e = est.expect(g, mean, var, seed=4)
+    z = est.task_draws(2, 3, 4)
+    kernel = RBFKernel(2, lengthscale=1.5, learn_outputscale=False).double()
+    flat = z.reshape(-1, 2)
+    k0 = stein_kernel(kernel, flat, flat, -flat, -flat).detach()
+    lam = est.lam * float(k0.diagonal().mean()) * 12
+    for t in range(3):
+        K0 = stein_kernel(kernel, z[t], z[t], -z[t], -z[t])
+        beta, _, _ = linear.gls_fit(K0, g(mean[t] + var[t].sqrt() * z[t]), lam)
+        torch.testing.assert_close(e.value[t], beta, rtol=1e-8, atol=1e-10)
+    assert torch.isfinite(e.stderr).all() and (e.stderr > 0).all()
+    coupled = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.5,lengthscale=1.5]")
+    assert not torch.allclose(coupled.expect(g, mean, var, seed=4).value, e.value)

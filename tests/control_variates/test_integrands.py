@@ -66,11 +66,12 @@ def test_bvp_weight_is_the_finite_difference_solution(a):
 
 def test_linear_field_cv_solves_the_bvp_family_exactly():
     """``f = 50 W x^2`` and ``L'[theta x] = theta (1 - x^2)``: the affine-field CV (``degree=2``,
-    the potential's degree; degree 1 in the field's, the notes' wording) is exact."""
+    the potential's degree; degree 1 in the field's, the notes' wording) is exact: rounding level
+    without the ridge (whose shrinkage alone leaves ~1e-6 at the default)."""
     method = next(m for m in METHODS if m.name == "poly-cv")(dim=1, degree=2, ridge=0.0)
     for i in range(5):
         episode = sample_task(load_bvp(), "test", 0, 10, i)
-        assert method.estimate(episode.problem).value == pytest.approx(episode.truth, abs=1e-9)
+        assert method.estimate(episode.problem).value == pytest.approx(episode.truth, abs=1e-12)
 
 
 FAST = {"neural-cv": {"epochs": 2, "width": 8}, "meta-cv": {"width": 8},
@@ -89,6 +90,7 @@ def test_every_method_estimates_every_family(cls, load):
     assert abs(prediction.value - episode.truth) < 10 * abs(episode.truth) + 1
 
 
+@pytest.mark.slow
 def test_closed_form_cvs_beat_monte_carlo_on_the_south_pair():
     family = load_south()
     records = {name: [] for name in ("poly-cv", "control-functional", "vv-cv")}

@@ -121,7 +121,7 @@ def test_stein_kernel_has_zero_mean_and_is_psd(name):
     mean, cov, root, g = gaussian(d, 5)
     score = GaussianScore(mean, cov)
     kernel = KERNELS[name](d).double()
-    x = mean + torch.randn(100_000, d, generator=g, dtype=D) @ root.T
+    x = mean + torch.randn(20_000, d, generator=g, dtype=D) @ root.T
     y = mean + torch.randn(3, d, generator=g, dtype=D) @ root.T
     k0 = stein_kernel(kernel, x, y, score(x), score(y)).detach()
     stderr = k0.std(0) / len(x) ** 0.5

@@ -136,8 +136,9 @@ class VectorValuedCV(IntegrationMethod):
         else:
             fit = vector_valued.fit_stochastic(k0, task, fx, lam=lam, B=torch.eye(T).double(),
                                                learn_B=True, steps=h["steps"], lr=h["lr"])
-        return Estimate(float(fit.beta[0]), float("nan"),
-                        {"B": fit.B.tolist()})
+            fit.stderr = vector_valued.closed_form(k0, fit.B, task, fx, lam).stderr  # at that B
+        stderr = float("nan") if fit.stderr is None else float(fit.stderr[0])
+        return Estimate(float(fit.beta[0]), stderr, {"B": fit.B.tolist()})
 
     @staticmethod
     def select_kernel(z: Tensor, s: Tensor, fx: Tensor, task: Tensor, boundary: bool) -> Tensor:

@@ -1,21 +1,29 @@
 """Neural and meta-learned Stein control variates, batched over tasks (Sun 2023, Ch. 5).
 
-The CV is ``g(x) = beta + L'[u_theta 1_d](x)`` (Eq. 5.2's base CV): a sigmoid MLP's scalar output
+The CV is ``g(x) = beta + L'[u_theta 1_d](x)`` (Eq. 5.2's base CV): a sigmoid MLP's output
 ``u_theta``, times the boundary factor ``prod_j x_j (1 - x_j)`` when ``pi`` is uniform on the
 cube, broadcast to every component of a vector field; the Stein operator uses each task's own
-score, so one ``theta`` gives a zero-mean CV for every task. The intercept is profiled out of every
-loss, ``beta = mean_S(f - L'[u])`` (the optimal intercept for the current ``theta``), so the
-estimator never adds an un-adapted meta intercept (the stored code's erratum, notes §E).
+score, so one ``theta`` gives a zero-mean CV for every task. ``L'[u 1_d] = sum_j d_j u + u sum_j
+s_j`` needs only the derivative of ``u`` along the all-ones direction, propagated forward layer by
+layer (:func:`potential_and_slope`; equal to the autograd operator of :mod:`zoo.stein`, tested), so
+the Stein values are ordinary differentiable expressions in ``theta`` and MAML's second order is
+one double backward. With ``K`` outputs the network gives ``K`` CVs, one per integrand of a task
+(the class probabilities of one query); ``centre`` subtracts their mean so that the CVs sum to
+zero and estimates of integrands that sum to a constant keep that sum. The intercept is profiled
+out of every loss, ``beta = mean_S(f - L'[u])`` (the optimal intercept for the current ``theta``),
+so the estimator never adds an un-adapted meta intercept (the stored code's erratum, notes §E).
 
 Parameters live in plain tensors with an optional leading task axis, so ``T`` tasks are one batched
-forward pass: ``x [T, N, d] -> [T, N]``.
+forward pass: ``x [T, N, d] -> [T, N, K]``.
 
-* :func:`fit_neural_cv`: an independent CV per task, Adam on mini-batches of the fitting half.
+* :func:`neural_cv_params` / :func:`fit_neural_cv`: an independent CV per task, Adam on
+  mini-batches of the fitting half.
 * :class:`MetaCV`: MAML over tasks (Algorithm 6): ``L`` inner gradient steps on ``S_t`` from the
   meta-parameters, the loss on ``Q_t`` after them; second order by default (``create_graph``),
   first order as an option. Adaptation (Algorithm 7) is the same inner loop without the graph.
-  The inner loop is functional and batched over tasks rather than learn2learn's per-task
-  ``clone``/``adapt``, which would loop in Python over the 1,000 test tasks.
+  The inner loop is this functional one, batched over tasks, not learn2learn's ``MAML``: its
+  per-task ``clone``/``adapt`` loops in Python, measured side by side (same results to 1e-8) in
+  ``benchmarks/control_variates/l2l_inner_loop.py``, see the card for the ratio at 1,000 tasks.
 """
 
 from __future__ import annotations
@@ -27,17 +35,17 @@ import torch
 from torch import Tensor, nn
 
 from zoo.control_variates.fitting import CVEstimate, fit_size, from_intercept, from_residuals
-from zoo.stein import first_order
-from zoo.stein_kernels import boundary_factor
+from zoo.stein_kernels import boundary_factor, boundary_gradient
 
 Params = list[Tensor]
 
 
-def init_params(dim: int, hidden: Sequence[int], *, generator: torch.Generator | None = None,
-                scale: float | None = None, dtype: torch.dtype = torch.float64) -> Params:
-    """Weights ``[in, out]`` and biases ``[out]`` of an MLP ``dim -> hidden -> 1``: uniform
+def init_params(dim: int, hidden: Sequence[int], *, outputs: int = 1,
+                generator: torch.Generator | None = None, scale: float | None = None,
+                dtype: torch.dtype = torch.float64) -> Params:
+    """Weights ``[in, out]`` and biases ``[out]`` of an MLP ``dim -> hidden -> outputs``: uniform
     ``+-1/sqrt(in)`` (PyTorch's default), or normal with standard deviation ``scale``."""
-    sizes = [dim, *hidden, 1]
+    sizes = [dim, *hidden, outputs]
     params: Params = []
     for a, b in zip(sizes[:-1], sizes[1:]):
         for shape in ((a, b), (b,)):
@@ -49,35 +57,54 @@ def init_params(dim: int, hidden: Sequence[int], *, generator: torch.Generator |
     return params
 
 
-def potential(params: Params, x: Tensor, boundary: bool) -> Tensor:
-    """``u_theta(x) [..., N]`` for ``x [..., N, d]``; parameters with a leading task axis ``[T,
-    ...]`` act on ``x [T, N, d]``."""
-    h = x
+def potential_and_slope(params: Params, x: Tensor, boundary: bool,
+                        centre: bool = False) -> tuple[Tensor, Tensor]:
+    """``u_theta(x)`` and its derivative along the all-ones direction ``sum_j d_j u_theta(x)``,
+    both ``[..., N, K]`` for ``x [..., N, d]`` (parameters with a leading task axis ``[T, ...]``
+    act on ``x [T, N, d]``), by forward-mode differentiation written out layer by layer, so the
+    Stein values need no backward pass and stay differentiable in ``theta`` to any order.
+    ``centre``: subtract the mean over the ``K`` outputs (the potentials then sum to zero)."""
+    h, dh = x, torch.ones_like(x)
     layers = len(params) // 2
     for i in range(layers):
         W, b = params[2 * i], params[2 * i + 1]
-        h = h @ W + b.unsqueeze(-2)
+        h, dh = h @ W + b.unsqueeze(-2), dh @ W
         if i < layers - 1:
             h = torch.sigmoid(h)
-    u = h[..., 0]
-    return u * boundary_factor(x) if boundary else u
+            dh = h * (1 - h) * dh
+    if centre:
+        h, dh = h - h.mean(-1, keepdim=True), dh - dh.mean(-1, keepdim=True)
+    if not boundary:
+        return h, dh
+    delta = boundary_factor(x)[..., None]
+    return h * delta, dh * delta + h * boundary_gradient(x).sum(-1)[..., None]
 
 
-def stein_values(params: Params, x: Tensor, score: Tensor, boundary: bool, *,
-                 create_graph: bool = True) -> Tensor:
-    """``L'[u_theta 1_d](x) [..., N]`` under each task's score."""
-    with torch.enable_grad():
-        return first_order(lambda z: potential(params, z, boundary), x, score,
-                           create_graph=create_graph)
+def potential(params: Params, x: Tensor, boundary: bool, centre: bool = False) -> Tensor:
+    """``u_theta(x) [..., N, K]`` (see :func:`potential_and_slope`)."""
+    return potential_and_slope(params, x, boundary, centre)[0]
+
+
+def stein_values(params: Params, x: Tensor, score: Tensor, boundary: bool,
+                 centre: bool = False) -> Tensor:
+    """``L'[u_k 1_d](x) = sum_j d_j u_k + u_k sum_j s_j`` ``[..., N, K]`` under each task's score
+    (Eq. 5.2's base CV, one per output)."""
+    u, slope = potential_and_slope(params, x, boundary, centre)
+    return slope + u * score.sum(-1, keepdim=True)
+
+
+def _columns(fx: Tensor, x: Tensor) -> Tensor:
+    """``fx [..., N]`` or ``[..., N, K]`` as ``[..., N, K]``."""
+    return fx[..., None] if fx.ndim == x.ndim - 1 else fx
 
 
 def task_loss(params: Params, x: Tensor, score: Tensor, fx: Tensor, boundary: bool,
-              penalty: float, *, create_graph: bool = True) -> Tensor:
-    """``[T]``: ``mean (f - beta - g)^2 + penalty mean g^2`` with the intercept profiled out
-    (Sun 2023, §5.2 with the appendix's output penalty)."""
-    g = stein_values(params, x, score, boundary, create_graph=create_graph)
-    r = fx - g
-    return (r - r.mean(-1, keepdim=True)).pow(2).mean(-1) + penalty * g.pow(2).mean(-1)
+              penalty: float, centre: bool = False) -> Tensor:
+    """``[T]``: ``mean (f - beta - g)^2 + penalty mean g^2`` summed over the ``K`` integrands,
+    with the intercepts profiled out (Sun 2023, §5.2 with the appendix's output penalty)."""
+    g = stein_values(params, x, score, boundary, centre)
+    r = _columns(fx, x) - g
+    return ((r - r.mean(-2, keepdim=True)).pow(2).mean(-2) + penalty * g.pow(2).mean(-2)).sum(-1)
 
 
 def per_task(params: Params, tasks: int) -> Params:
@@ -88,41 +115,47 @@ def per_task(params: Params, tasks: int) -> Params:
 
 
 def adapt(params: Params, x: Tensor, score: Tensor, fx: Tensor, *, steps: int, lr: float,
-          boundary: bool, penalty: float = 0.0, create_graph: bool = False) -> Params:
+          boundary: bool, penalty: float = 0.0, centre: bool = False,
+          create_graph: bool = False) -> Params:
     """``steps`` gradient steps of every task's loss on ``(x, score, fx) [T, m, ...]`` from the
     shared ``params``: per-task parameters ``[T, ...]``. ``create_graph`` keeps the steps
     differentiable in ``params`` (second-order MAML)."""
     with torch.enable_grad():
         theta = per_task(params, x.shape[0])
         for _ in range(steps):
-            loss = task_loss(theta, x, score, fx, boundary, penalty).sum()
+            loss = task_loss(theta, x, score, fx, boundary, penalty, centre).sum()
             grads = torch.autograd.grad(loss, theta, create_graph=create_graph)
             theta = [p - lr * g for p, g in zip(theta, grads)]
     return theta
 
 
 def estimate_with(theta: Params, x: Tensor, score: Tensor, fx: Tensor, boundary: bool,
-                  mode: str) -> CVEstimate:
-    """The estimate of each task's ``E[f]`` with fitted per-task parameters: the held-out mean of
-    ``f - g`` (``split``) or the profiled intercept on all samples (``intercept``)."""
+                  mode: str, centre: bool = False) -> CVEstimate:
+    """The estimates ``[T, K]`` of each task's ``E[f]`` with fitted per-task parameters: the
+    held-out mean of ``f - g`` (``split``) or the profiled intercept on all samples
+    (``intercept``)."""
     m = fit_size(x.shape[-2], mode)
-    g = stein_values(theta, x, score, boundary, create_graph=False).detach()
-    r = (fx - g)[..., None]
+    g = stein_values([p.detach() for p in theta], x, score, boundary, centre)
+    r = _columns(fx, x) - g
     if mode == "split":
         return from_residuals(r[:, m:])
     beta = r.mean(-2)
     return from_intercept(beta, r - beta[..., None, :], 0)
 
 
-def fit_neural_cv(x: Tensor, score: Tensor, fx: Tensor, *, hidden: Sequence[int] = (80, 80),
-                  epochs: int = 20, batch: int = 5, lr: float = 2e-3, penalty: float = 5e-6,
-                  mode: str = "split", boundary: bool = False, seed: int = 0) -> CVEstimate:
-    """Independent neural CVs for ``T`` tasks at once (``x [T, N, d]``): Adam on mini-batches of
-    each task's fitting samples (the thesis's Neural-CV baseline: 20 epochs, batches of 5)."""
+def neural_cv_params(x: Tensor, score: Tensor, fx: Tensor, *, hidden: Sequence[int] = (80, 80),
+                     epochs: int = 20, batch: int = 5, lr: float = 2e-3, penalty: float = 5e-6,
+                     mode: str = "split", boundary: bool = False, centre: bool = False,
+                     seed: int = 0) -> Params:
+    """Independent neural CVs for ``T`` tasks at once (``x [T, N, d]``, ``fx [T, N(, K)]``, one
+    output per integrand): Adam on mini-batches of each task's fitting samples (the thesis's
+    Neural-CV baseline: 20 epochs, batches of 5); the fitted per-task parameters."""
     g = torch.Generator().manual_seed(seed)
     m = fit_size(x.shape[-2], mode)
+    outputs = _columns(fx, x).shape[-1]
     theta = [p.expand(x.shape[0], *p.shape).clone().requires_grad_(True)
-             for p in init_params(x.shape[-1], hidden, generator=g, dtype=x.dtype)]
+             for p in init_params(x.shape[-1], hidden, outputs=outputs, generator=g,
+                                  dtype=x.dtype)]
     opt = torch.optim.Adam(theta, lr=lr)
     with torch.enable_grad():  # also when called for a prediction under no_grad
         for _ in range(epochs):
@@ -132,43 +165,54 @@ def fit_neural_cv(x: Tensor, score: Tensor, fx: Tensor, *, hidden: Sequence[int]
                 if len(idx) < 2:
                     continue
                 opt.zero_grad()
-                task_loss(theta, x[:, idx], score[:, idx], fx[:, idx], boundary,
-                          penalty).sum().backward()
+                task_loss(theta, x[:, idx], score[:, idx], fx[:, idx], boundary, penalty,
+                          centre).sum().backward()
                 opt.step()
-    return estimate_with([p.detach() for p in theta], x, score, fx, boundary, mode)
+    return [p.detach() for p in theta]
+
+
+def fit_neural_cv(x: Tensor, score: Tensor, fx: Tensor, *, mode: str = "split",
+                  boundary: bool = False, centre: bool = False, **options) -> CVEstimate:
+    """The estimates of :func:`neural_cv_params`' fitted CVs (``options``: its keywords)."""
+    theta = neural_cv_params(x, score, fx, mode=mode, boundary=boundary, centre=centre, **options)
+    return estimate_with(theta, x, score, fx, boundary, mode, centre)
 
 
 class MetaCV(nn.Module):
-    """A meta-learned neural CV (Sun 2023, Algorithms 6-7): meta-parameters ``theta``, ``steps``
-    inner gradient steps of size ``inner_lr`` on each task's fitting half, the split estimate."""
+    """A meta-learned neural CV (Sun 2023, Algorithms 6-7): meta-parameters ``theta`` of an MLP
+    with ``outputs`` potentials (one per integrand of a task; ``centre`` makes them sum to zero),
+    ``steps`` inner gradient steps of size ``inner_lr`` on each task's fitting half, the split
+    estimate."""
 
-    def __init__(self, dim: int, *, hidden: Sequence[int] = (80, 80), steps: int = 1,
-                 inner_lr: float = 0.01, penalty: float = 5e-6, first_order: bool = False,
-                 boundary: bool = False, seed: int = 0):
+    def __init__(self, dim: int, *, hidden: Sequence[int] = (80, 80), outputs: int = 1,
+                 steps: int = 1, inner_lr: float = 0.01, penalty: float = 5e-6,
+                 first_order: bool = False, boundary: bool = False, centre: bool = False,
+                 seed: int = 0):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
-        self.params = nn.ParameterList(init_params(dim, hidden, generator=g))
+        self.params = nn.ParameterList(init_params(dim, hidden, outputs=outputs, generator=g))
         self.steps, self.inner_lr, self.penalty = steps, inner_lr, penalty
-        self.first_order, self.boundary = first_order, boundary
+        self.first_order, self.boundary, self.centre = first_order, boundary, centre
 
     def adapt(self, x: Tensor, score: Tensor, fx: Tensor, *, training: bool = False) -> Params:
         """Per-task parameters after the inner steps on ``(x, score, fx) [T, m, ...]``."""
         return adapt(list(self.params), x, score, fx, steps=self.steps, lr=self.inner_lr,
-                     boundary=self.boundary, penalty=self.penalty,
+                     boundary=self.boundary, penalty=self.penalty, centre=self.centre,
                      create_graph=training and not self.first_order)
 
     def meta_loss(self, x: Tensor, score: Tensor, fx: Tensor) -> Tensor:
         """Eq. 5.3: the mean over tasks of the held-out loss after adapting on the first half;
         the held-out residuals are centred by the fitting half's intercept."""
         m = fit_size(x.shape[-2], "split")
+        fx = _columns(fx, x)
         theta = self.adapt(x[:, :m], score[:, :m], fx[:, :m], training=True)
-        g_fit = stein_values(theta, x[:, :m], score[:, :m], self.boundary)
-        g_held = stein_values(theta, x[:, m:], score[:, m:], self.boundary)
-        beta = (fx[:, :m] - g_fit).mean(-1, keepdim=True)
-        return (fx[:, m:] - beta - g_held).pow(2).mean()
+        g_fit = stein_values(theta, x[:, :m], score[:, :m], self.boundary, self.centre)
+        g_held = stein_values(theta, x[:, m:], score[:, m:], self.boundary, self.centre)
+        beta = (fx[:, :m] - g_fit).mean(-2, keepdim=True)
+        return (fx[:, m:] - beta - g_held).pow(2).mean(-2).sum(-1).mean()
 
     def estimate(self, x: Tensor, score: Tensor, fx: Tensor, mode: str = "split") -> CVEstimate:
         """Algorithm 7 for ``T`` tasks at once: adapt on the fitting half, estimate (Eq. 5.2)."""
         m = fit_size(x.shape[-2], mode)
-        theta = [p.detach() for p in self.adapt(x[:, :m], score[:, :m], fx[:, :m])]
-        return estimate_with(theta, x, score, fx, self.boundary, mode)
+        theta = self.adapt(x[:, :m], score[:, :m], fx[:, :m])
+        return estimate_with(theta, x, score, fx, self.boundary, mode, self.centre)

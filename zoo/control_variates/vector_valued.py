@@ -28,11 +28,14 @@ from zoo.stein_kernels import stein_kernel
 
 @dataclass
 class VVFit:
-    """Intercepts ``beta [T]`` (the estimates), weights ``alpha [M]`` and the ``B`` used."""
+    """Intercepts ``beta [T(, K)]`` (the estimates), weights ``alpha [M(, K)]``, the ``B`` used and,
+    from the closed form, the intercepts' standard errors ``stderr`` (GLS: ``sigma^2 (H^T Kr_l^-1
+    H)^-1`` with ``sigma^2`` profiled out, the posterior spread of ``beta`` under the Stein GP)."""
 
     beta: Tensor
     alpha: Tensor
     B: Tensor
+    stderr: Tensor | None = None
 
 
 def base_gram(kernel: Kernel, x: Tensor, score: Tensor) -> Tensor:
@@ -46,17 +49,25 @@ def reduced_gram(k0: Tensor, B: Tensor, task: Tensor) -> Tensor:
 
 
 def closed_form(k0: Tensor, B: Tensor, task: Tensor, fx: Tensor, lam: float) -> VVFit:
-    """The reduced closed form for points of tasks ``task [M]`` (``0..T-1``) with values ``fx [M]``."""
+    """The reduced closed form for points of tasks ``task [M]`` (``0..T-1``) with values ``fx [M]``
+    or ``[M, K]`` (``K`` integrands per task fitted with the same matrices: the estimates are one
+    linear map ``A fx`` with ``A H = I``, so integrands that sum to a constant keep that sum)."""
     T = int(task.max()) + 1
+    y = fx[:, None] if fx.ndim == 1 else fx
     H = torch.nn.functional.one_hot(task, T).to(fx.dtype)
     counts = H.sum(0)
     Kl = reduced_gram(k0, B, task) + torch.diag(lam * counts[task])
     L = torch.linalg.cholesky(Kl)
     KiH = torch.cholesky_solve(H, L)
-    Kiy = torch.cholesky_solve(fx[:, None], L)[:, 0]
-    beta = torch.linalg.solve(H.T @ KiH, H.T @ Kiy)
+    Kiy = torch.cholesky_solve(y, L)
+    info = H.T @ KiH
+    beta = torch.linalg.solve(info, H.T @ Kiy)
     alpha = Kiy - KiH @ beta
-    return VVFit(beta, alpha, B)
+    sigma2 = ((y - H @ beta) * alpha).sum(0).clamp_min(0) / len(y)  # [K]
+    stderr = (torch.linalg.inv(info).diagonal()[:, None] * sigma2).sqrt()
+    if fx.ndim == 1:
+        return VVFit(beta[:, 0], alpha[:, 0], B, stderr[:, 0])
+    return VVFit(beta, alpha, B, stderr)
 
 
 def lower_factor(raw: Tensor) -> Tensor:

@@ -22,9 +22,10 @@ import torch
 from torch import Tensor
 
 from zoo.episode import Episode
-from zoo.expectations import Rule
+from zoo.errors import HyperParameterError
+from zoo.expectations import Rule, standard_normal_draws
 from zoo.families.latent_gaussian import LatentGaussianMethod
-from zoo.gaussians import FullGaussian, Gaussian
+from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian
 from zoo.gp import DTYPE
 from zoo.method import draw_seed
 
@@ -85,15 +86,29 @@ class LastLayerMethod(LatentGaussianMethod):
         return linear_gaussian_marginals(self.features(episode.query_x), q, episode.way)
 
     def weight_rule(self, q: Gaussian, episode: Episode, *, salt: int, samples: int) -> Rule:
-        """The estimator's points for draws of all of ``q``'s noise, seeded by the episode."""
+        """The estimator's points for draws of all of ``q``'s noise, seeded by the episode; for a
+        control variate (whose size grows with the dimension) its plain draws, equally weighted."""
         n = q.noise_dim * (q.batch_shape.numel() if q.batch_shape else 1)
-        return self.estimator(samples=samples).rule(n, seed=draw_seed(episode, salt),
-                                                    device=q.mean.device)
+        estimator = self.estimator(samples=samples)
+        seed = draw_seed(episode, salt)
+        if estimator.fits_integrand:
+            return Rule(standard_normal_draws(estimator.samples, n, method=estimator.draws,
+                                              seed=seed, device=q.mean.device))
+        return estimator.rule(n, seed=seed, device=q.mean.device)
 
     def weight_probabilities(self, phi: Tensor, q: Gaussian, episode: Episode, *, salt: int,
                              samples: int) -> Tensor:
         """``E_q[softmax(W phi)]`` ``[Q, C]``: class probabilities averaged over the estimator's
-        draws of the weights."""
+        draws of the weights, or, for a control variate, over the ``C``-dimensional class latents
+        ``f = W phi`` (independent Gaussians when ``q`` is diagonal or per class)."""
+        if self.estimator(samples=samples).fits_integrand:
+            if not (_per_class(q, episode.way) or isinstance(q, DiagonalGaussian)):
+                raise HyperParameterError(
+                    f"control-variate estimator {self.hparams['estimator']!r}: it integrates the "
+                    "class latents, independent only under a diagonal or per-class belief; use "
+                    "the diag family or a sampling estimator (sobol, mc)")
+            mean, var = linear_gaussian_marginals(phi, q, episode.way)
+            return self.probabilities(mean, var, episode, salt=salt, samples=samples)
         rule = self.weight_rule(q, episode, salt=salt, samples=samples)
         W = weight_samples(q, episode.way, rule.points)
         return rule.average(torch.softmax(phi.to(W) @ W.mT, -1), 0)

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from zoo.episode import Episode
+from zoo.errors import HyperParameterError
 from zoo.expectations import (
     Estimator,
     FusedIntegrand,
@@ -48,7 +49,19 @@ class LatentGaussianMethod(Method):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.jitter = JitterPolicy()  # counted, reported with the results (counters)
-        self.estimator()  # an unknown estimator or option fails here, before training
+        # an unknown estimator or option fails here, before training; a learning estimator's state
+        # (meta-cv) is a submodule, checkpointed with the method
+        self.estimator_state = build_estimator(self.hparams["estimator"]).make_state()
+        if self.estimator_state is not None and not self.integrates_in_training():
+            raise HyperParameterError(
+                f"{self.name}: estimator {self.hparams['estimator']!r} learns from the integrals "
+                "meta-training evaluates through the estimator, and this objective evaluates none; "
+                "use the method's predictive loss or another estimator")
+
+    def integrates_in_training(self) -> bool:
+        """Whether meta-training evaluates the predictive through the estimator (what a learning
+        estimator, ``meta-cv``, is meta-trained on); a method whose objective does not says so."""
+        return True
 
     def counters(self) -> dict[str, int]:
         return {"jitter": self.jitter.uses}
@@ -59,7 +72,7 @@ class LatentGaussianMethod(Method):
     def estimator(self, **fallback: Any) -> Estimator:
         """The configured estimator; ``fallback`` options (e.g. ``samples``) fill what its spec
         leaves unset."""
-        return build_estimator(self.hparams["estimator"], **fallback)
+        return build_estimator(self.hparams["estimator"], **fallback).bind(self.estimator_state)
 
     def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
         """Latent marginals of the queries given the support: mean and variance, each ``[Q, C]``

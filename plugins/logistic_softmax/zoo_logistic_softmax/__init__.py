@@ -191,6 +191,9 @@ class LogisticSoftmax(GPMethod):
                                    samples=self.hparams["prob_samples"])
         return (probs.mean(0) if probs.ndim == 3 else probs), trace
 
+    def integrates_in_training(self) -> bool:
+        return self.hparams["loss"] == "pl"
+
     def meta_loss(self, episode: Episode) -> Tensor:
         if self.hparams["loss"] == "pl":
             probs, _ = self.query_probs(episode, training=True)

@@ -85,6 +85,9 @@ class MDBFSC(GPMethod):
 
     # -- the runner's entry points ---------------------------------------------------------------
 
+    def integrates_in_training(self) -> bool:
+        return self.hparams["loss"] == "predictive"
+
     def meta_loss(self, episode: Episode) -> Tensor:
         h = self.hparams
         if h["loss"] == "predictive":

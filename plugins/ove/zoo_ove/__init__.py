@@ -255,6 +255,9 @@ class OVE(GPMethod):
         scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
         return torch.softmax(scores, -1).mean(0), trace
 
+    def integrates_in_training(self) -> bool:
+        return self.hparams["loss"] == "pl"
+
     def meta_loss(self, episode: Episode) -> Tensor:
         steps = self.hparams["train_steps"]
         if self.hparams["loss"] == "pl":
