@@ -23,7 +23,7 @@ import numpy as np
 
 from zoo.metrics import seed_mean_ci
 from zoo.runner.cells import code_free_hash, row_name
-from zoo.runner.storage import Results, read_jsonl
+from zoo.runner.storage import Results
 from zoo.tasks.base import Task
 
 Setting = tuple[str, str, str, tuple]  # task kind, train data set, test data set, column
@@ -127,7 +127,7 @@ def load_report(root: Path, registry: Any = None) -> Report:
         from zoo.plugins import registry as process_registry
 
         registry = process_registry()
-    results = Results.open(root, create=False)
+    results = Results.open(root, create=False, keep_records=True)
     entries: dict[tuple[str, Setting], Entry] = {}
     tasks: dict[str, Task] = {}
 
@@ -147,9 +147,8 @@ def load_report(root: Path, registry: Any = None) -> Report:
         e.results.append(r)
         folder = results.cell_dir(r["config_hash"])
         done.add(r["config_hash"])
-        if (folder / "episodes.jsonl").exists():
-            for rec in read_jsonl(folder / "episodes.jsonl"):
-                e.episodes[(r["seed"], r.get("query"), rec["index"])] = rec
+        for rec in results.episodes(r["config_hash"]):
+            e.episodes[(r["seed"], r.get("query"), rec["index"])] = rec
         if (folder / "training.json").exists():
             e.curves.append(json.loads((folder / "training.json").read_text()).get("curve", []))
     cells = results.root / "cells"

@@ -65,15 +65,20 @@ class ResultsFolderBusyError(ZooError):
 class Results:
     """A validated results folder."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, keep_records: bool = False):
         self.root = Path(root)
         self._hashes: set[str] | None = None  # of results.jsonl's lines, once read by a writer
+        # cell hash -> its episode records as validation parsed them (``keep_records``)
+        self._records: dict[str, list[dict[str, Any]]] | None = {} if keep_records else None
 
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: str | os.PathLike, create: bool = True) -> Results:
-        """Validate ``root`` (read only); create it (and its marker) only if it passes."""
+    def open(cls, root: str | os.PathLike, create: bool = True, keep_records: bool = False
+             ) -> Results:
+        """Validate ``root`` (read only); create it (and its marker) only if it passes. With
+        ``keep_records`` the cells' episode records parsed by the validation are kept for
+        :meth:`episodes` (a report reads each ``episodes.jsonl`` once, not twice)."""
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise ResultsFolderError(root, "is a file, not a results folder")
@@ -83,7 +88,7 @@ class Results:
                                      " but holds this")
         if not entries and not create:
             raise ZooError(f"{root} holds no results; run `zoo bench --out {root}` first")
-        results = cls(root)
+        results = cls(root, keep_records)
         if entries:
             results.validate()
         else:
@@ -132,7 +137,9 @@ class Results:
                 if (run / name).exists():
                     _read_json(run / name)
             if (run / "episodes.jsonl").exists():
-                read_jsonl(run / "episodes.jsonl")
+                records = list(read_jsonl(run / "episodes.jsonl"))
+                if self._records is not None:
+                    self._records[run.name] = records
 
     @contextmanager
     def writer(self) -> Iterator[Results]:
@@ -165,6 +172,14 @@ class Results:
 
     def train_dir(self, train_hash: str) -> Path:
         return self.root / "train" / train_hash
+
+    def episodes(self, cell_hash: str) -> list[dict[str, Any]]:
+        """A cell's per-episode records (none if it has no ``episodes.jsonl``): those the
+        validation parsed when the folder was opened with ``keep_records``, else read now."""
+        if self._records is not None and cell_hash in self._records:
+            return self._records[cell_hash]
+        path = self.cell_dir(cell_hash) / "episodes.jsonl"
+        return list(read_jsonl(path)) if path.exists() else []
 
     def is_done(self, cell_hash: str) -> bool:
         return (self.cell_dir(cell_hash) / "done").exists()
