@@ -68,8 +68,9 @@ class Results:
     def __init__(self, root: Path, keep_records: bool = False):
         self.root = Path(root)
         self._hashes: set[str] | None = None  # of results.jsonl's lines, once read by a writer
-        # cell hash -> its episode records as validation parsed them (``keep_records``)
-        self._records: dict[str, list[dict[str, Any]]] | None = {} if keep_records else None
+        # (cell hash, file name) -> episodes.jsonl's records or training.json's content, as the
+        # validation parsed them (``keep_records``)
+        self._records: dict[tuple[str, str], Any] | None = {} if keep_records else None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -77,8 +78,9 @@ class Results:
     def open(cls, root: str | os.PathLike, create: bool = True, keep_records: bool = False
              ) -> Results:
         """Validate ``root`` (read only); create it (and its marker) only if it passes. With
-        ``keep_records`` the cells' episode records parsed by the validation are kept for
-        :meth:`episodes` (a report reads each ``episodes.jsonl`` once, not twice)."""
+        ``keep_records`` the cells' episode records and training records parsed by the
+        validation are kept for :meth:`episodes` and :meth:`training` (a report reads each file
+        once, not twice)."""
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise ResultsFolderError(root, "is a file, not a results folder")
@@ -114,14 +116,16 @@ class Results:
         self._validate_runs("cells", CELL_FILES)
 
     def _validate_runs(self, kind: str, allowed: set[str]) -> None:
+        keep = self._records if kind == "cells" else None
         for run in _entries(self.root / kind):
             if not (run.is_dir() and HASH_RE.match(run.name)):
                 raise ResultsFolderError(run, f"is not a {kind} directory (16 hex digits)")
-            for path in _entries(run):
-                if path.name not in allowed:
-                    raise ResultsFolderError(path, "is not a file the runner writes")
+            names = _names(run)
+            for name in names:
+                if name not in allowed:
+                    raise ResultsFolderError(run / name, "is not a file the runner writes")
             config_path = run / "config.json"
-            if not config_path.exists():
+            if "config.json" not in names:
                 continue  # created, killed before its config was written: harmless
             config = _read_json(config_path)
             if not isinstance(config, dict):
@@ -134,12 +138,14 @@ class Results:
                 raise ResultsFolderError(config_path, "does not match the hash its folder is "
                                          "named by (edited by hand?)")
             for name in ("result.json", "training.json", "env.json"):
-                if (run / name).exists():
-                    _read_json(run / name)
-            if (run / "episodes.jsonl").exists():
+                if name in names:
+                    content = _read_json(run / name)
+                    if keep is not None and name == "training.json":
+                        keep[(run.name, name)] = content
+            if "episodes.jsonl" in names:
                 records = list(read_jsonl(run / "episodes.jsonl"))
-                if self._records is not None:
-                    self._records[run.name] = records
+                if keep is not None:
+                    keep[(run.name, "episodes.jsonl")] = records
 
     @contextmanager
     def writer(self) -> Iterator[Results]:
@@ -176,10 +182,17 @@ class Results:
     def episodes(self, cell_hash: str) -> list[dict[str, Any]]:
         """A cell's per-episode records (none if it has no ``episodes.jsonl``): those the
         validation parsed when the folder was opened with ``keep_records``, else read now."""
-        if self._records is not None and cell_hash in self._records:
-            return self._records[cell_hash]
+        if self._records is not None and (cell_hash, "episodes.jsonl") in self._records:
+            return self._records[(cell_hash, "episodes.jsonl")]
         path = self.cell_dir(cell_hash) / "episodes.jsonl"
         return list(read_jsonl(path)) if path.exists() else []
+
+    def training(self, cell_hash: str) -> Any:
+        """A cell's ``training.json`` (None if it has none), kept or read as :meth:`episodes`."""
+        if self._records is not None and (cell_hash, "training.json") in self._records:
+            return self._records[(cell_hash, "training.json")]
+        path = self.cell_dir(cell_hash) / "training.json"
+        return _read_json(path) if path.exists() else None
 
     def is_done(self, cell_hash: str) -> bool:
         return (self.cell_dir(cell_hash) / "done").exists()
@@ -210,7 +223,7 @@ class Results:
         lines = self.results()
         have = {r["config_hash"] for r in lines}
         return lines + [_read_json(run / "result.json") for run in _entries(self.root / "cells")
-                        if (run / "done").exists() and run.name not in have]
+                        if run.name not in have and (run / "done").exists()]
 
     def superseded(self, configs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Finished results with one of ``configs`` (cell configurations) except the code that
@@ -265,6 +278,12 @@ def _holder(path: Path) -> str:
                 f"{who['since']})")
     except (OSError, ValueError, KeyError, TypeError):
         return "another process"
+
+
+def _names(folder: Path) -> list[str]:
+    """The sorted names in ``folder`` except zoo.io temp files: names, not paths, which cost
+    seconds to make at 10,000 cells."""
+    return sorted(n for n in os.listdir(folder) if not TMP_RE.match(n))
 
 
 def _entries(folder: Path) -> Iterator[Path]:
