@@ -24,7 +24,7 @@ def folder(tmp_path_factory) -> Path:
     return out
 
 
-def test_each_episodes_file_is_parsed_once(folder, monkeypatch):
+def test_each_records_file_is_parsed_once(folder, monkeypatch):
     parsed: list[Path] = []
     read = storage.read_jsonl
 
@@ -36,6 +36,7 @@ def test_each_episodes_file_is_parsed_once(folder, monkeypatch):
     write_report(folder, plots=False)
     episodes = [p for p in parsed if p.name == "episodes.jsonl"]
     assert len(episodes) == len(set(episodes)) == len(list(folder.glob("cells/*/episodes.jsonl")))
+    assert [p.name for p in parsed].count("results.jsonl") == 1
 
 
 def test_the_report_is_the_same_with_records_read_afresh(folder, monkeypatch):

@@ -71,6 +71,7 @@ class Results:
         # (cell hash, file name) -> episodes.jsonl's records or training.json's content, as the
         # validation parsed them (``keep_records``)
         self._records: dict[tuple[str, str], Any] | None = {} if keep_records else None
+        self._lines: list[dict[str, Any]] | None = None  # results.jsonl, likewise
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -79,8 +80,9 @@ class Results:
              ) -> Results:
         """Validate ``root`` (read only); create it (and its marker) only if it passes. With
         ``keep_records`` the cells' episode records and training records parsed by the
-        validation are kept for :meth:`episodes` and :meth:`training` (a report reads each file
-        once, not twice)."""
+        validation are kept for :meth:`episodes` and :meth:`training`, and results.jsonl's lines
+        for :meth:`results` (a report reads each file once, not twice); for readers only, as what
+        is kept does not follow later writes."""
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise ResultsFolderError(root, "is a file, not a results folder")
@@ -106,9 +108,12 @@ class Results:
             if path.name not in TOP_LEVEL:
                 raise ResultsFolderError(path, "is not part of a zoo results folder")
         if (self.root / "results.jsonl").exists():
-            for line in read_jsonl(self.root / "results.jsonl"):
+            lines = list(read_jsonl(self.root / "results.jsonl"))
+            for line in lines:
                 if not isinstance(line.get("config_hash"), str):
                     raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
+            if self._records is not None:
+                self._lines = lines
         for path in _entries(self.root / "suites"):
             if path.suffix != ".json" or not isinstance(_read_json(path), dict):
                 raise ResultsFolderError(path, "is not a suite record")
@@ -214,6 +219,8 @@ class Results:
     # -- results.jsonl -------------------------------------------------------------------------
 
     def results(self) -> list[dict[str, Any]]:
+        if self._lines is not None:
+            return list(self._lines)
         path = self.root / "results.jsonl"
         return list(read_jsonl(path)) if path.exists() else []
 
