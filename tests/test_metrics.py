@@ -93,6 +93,18 @@ def test_seed_mean_ci_is_student_t_over_seeds():
     assert np.isnan(seed_mean_ci([0.5])[1])
 
 
+def test_seed_mean_ci_quantile_is_exactly_scipy_stats_t():
+    """The report avoids importing scipy.stats; its quantile must be the same number, bit for bit."""
+    from scipy.stats import t
+
+    from zoo.metrics import seed_mean_ci
+
+    for n in (2, 3, 5, 10, 31, 1000):
+        v = np.linspace(0.1, 0.9, n) ** 2
+        expected = float(t.ppf(0.975, n - 1) * v.std(ddof=1) / np.sqrt(n))
+        assert seed_mean_ci(v)[1] == expected
+
+
 def test_seed_paired_difference_takes_each_seeds_mean_first():
     from zoo.metrics import seed_mean_ci, seed_paired_difference
 

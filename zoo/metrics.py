@@ -39,15 +39,17 @@ def seed_mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """Mean over independently trained seeds and the half-width of its 95% Student-t interval
     (``n - 1`` degrees of freedom: with 5 seeds the normal 1.96 would be 2.78). The seed, not the
     episode, is the unit of replication of a training: episodes of one model are not independent
-    draws of the method's accuracy."""
-    from scipy.stats import t
+    draws of the method's accuracy. The quantile is ``scipy.special.stdtrit``, the function
+    ``scipy.stats.t.ppf`` evaluates (identical numbers) without importing ``scipy.stats``
+    (seconds, most of a fresh ``zoo report``)."""
+    from scipy.special import stdtrit
 
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
         return math.nan, math.nan
     if v.size == 1:
         return float(v[0]), math.nan
-    return float(v.mean()), float(t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    return float(v.mean()), float(stdtrit(v.size - 1, 0.975) * v.std(ddof=1) / math.sqrt(v.size))
 
 
 def seed_paired_difference(a: Mapping[int, Sequence[float]], b: Mapping[int, Sequence[float]]

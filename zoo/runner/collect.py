@@ -23,7 +23,7 @@ import numpy as np
 
 from zoo.metrics import seed_mean_ci
 from zoo.runner.cells import code_free_hash, row_name
-from zoo.runner.storage import Results, read_jsonl
+from zoo.runner.storage import Results
 from zoo.tasks.base import Task
 
 Setting = tuple[str, str, str, tuple]  # task kind, train data set, test data set, column
@@ -40,10 +40,19 @@ class Entry:
     episodes: dict[tuple[int, Any, int], dict[str, Any]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
+    _summary: tuple[tuple[int, int, int], dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     def summary(self) -> dict[str, Any]:
         """The task kind's summary of the pooled records (the function a cell's result uses),
-        with the means over seeds of the temperature and training time."""
+        with the means over seeds of the temperature and training time. Computed once per
+        content (every table format and figure asks; at 10,000 cells each pass costs seconds)."""
+        size = (len(self.results), len(self.episodes), len(self.failed))
+        if self._summary is None or self._summary[0] != size:
+            self._summary = (size, self._compute_summary())
+        return dict(self._summary[1])
+
+    def _compute_summary(self) -> dict[str, Any]:
         kind, train, test, column = self.setting
         out: dict[str, Any] = {"method": self.method, "task": kind, "train_dataset": train,
                                "dataset": test, **dict(zip(self.task.column_keys, column)),
@@ -127,7 +136,7 @@ def load_report(root: Path, registry: Any = None) -> Report:
         from zoo.plugins import registry as process_registry
 
         registry = process_registry()
-    results = Results.open(root, create=False)
+    results = Results.open(root, create=False, keep_records=True)
     entries: dict[tuple[str, Setting], Entry] = {}
     tasks: dict[str, Task] = {}
 
@@ -139,19 +148,19 @@ def load_report(root: Path, registry: Any = None) -> Report:
 
     done = set()
     finished = results.finished()
-    latest = {code_free_hash(r["config"]): r["config_hash"] for r in finished}  # later lines win
-    for r in finished:
-        if latest[code_free_hash(r["config"])] != r["config_hash"]:
+    code_free = [code_free_hash(r["config"]) for r in finished]
+    latest = dict(zip(code_free, (r["config_hash"] for r in finished)))  # later lines win
+    for r, key in zip(finished, code_free):
+        if latest[key] != r["config_hash"]:
             continue  # made by an older version of the method: kept on disk, not shown
         e = entry(row_name(r["method"], r.get("variant", "")), r)
         e.results.append(r)
-        folder = results.cell_dir(r["config_hash"])
         done.add(r["config_hash"])
-        if (folder / "episodes.jsonl").exists():
-            for rec in read_jsonl(folder / "episodes.jsonl"):
-                e.episodes[(r["seed"], r.get("query"), rec["index"])] = rec
-        if (folder / "training.json").exists():
-            e.curves.append(json.loads((folder / "training.json").read_text()).get("curve", []))
+        for rec in results.episodes(r["config_hash"]):
+            e.episodes[(r["seed"], r.get("query"), rec["index"])] = rec
+        training = results.training(r["config_hash"])
+        if training is not None:
+            e.curves.append(training.get("curve", []))
     cells = results.root / "cells"
     for folder in sorted(cells.iterdir()) if cells.is_dir() else []:
         if folder.name in done or not (folder / "error.txt").exists() or (folder / "done").exists():

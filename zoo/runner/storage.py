@@ -65,15 +65,24 @@ class ResultsFolderBusyError(ZooError):
 class Results:
     """A validated results folder."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, keep_records: bool = False):
         self.root = Path(root)
         self._hashes: set[str] | None = None  # of results.jsonl's lines, once read by a writer
+        # (cell hash, file name) -> episodes.jsonl's records or training.json's content, as the
+        # validation parsed them (``keep_records``)
+        self._records: dict[tuple[str, str], Any] | None = {} if keep_records else None
+        self._lines: list[dict[str, Any]] | None = None  # results.jsonl, likewise
 
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: str | os.PathLike, create: bool = True) -> Results:
-        """Validate ``root`` (read only); create it (and its marker) only if it passes."""
+    def open(cls, root: str | os.PathLike, create: bool = True, keep_records: bool = False
+             ) -> Results:
+        """Validate ``root`` (read only); create it (and its marker) only if it passes. With
+        ``keep_records`` the cells' episode records and training records parsed by the
+        validation are kept for :meth:`episodes` and :meth:`training`, and results.jsonl's lines
+        for :meth:`results` (a report reads each file once, not twice); for readers only, as what
+        is kept does not follow later writes."""
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise ResultsFolderError(root, "is a file, not a results folder")
@@ -83,7 +92,7 @@ class Results:
                                      " but holds this")
         if not entries and not create:
             raise ZooError(f"{root} holds no results; run `zoo bench --out {root}` first")
-        results = cls(root)
+        results = cls(root, keep_records)
         if entries:
             results.validate()
         else:
@@ -99,9 +108,12 @@ class Results:
             if path.name not in TOP_LEVEL:
                 raise ResultsFolderError(path, "is not part of a zoo results folder")
         if (self.root / "results.jsonl").exists():
-            for line in read_jsonl(self.root / "results.jsonl"):
+            lines = list(read_jsonl(self.root / "results.jsonl"))
+            for line in lines:
                 if not isinstance(line.get("config_hash"), str):
                     raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
+            if self._records is not None:
+                self._lines = lines
         for path in _entries(self.root / "suites"):
             if path.suffix != ".json" or not isinstance(_read_json(path), dict):
                 raise ResultsFolderError(path, "is not a suite record")
@@ -109,14 +121,16 @@ class Results:
         self._validate_runs("cells", CELL_FILES)
 
     def _validate_runs(self, kind: str, allowed: set[str]) -> None:
+        keep = self._records if kind == "cells" else None
         for run in _entries(self.root / kind):
             if not (run.is_dir() and HASH_RE.match(run.name)):
                 raise ResultsFolderError(run, f"is not a {kind} directory (16 hex digits)")
-            for path in _entries(run):
-                if path.name not in allowed:
-                    raise ResultsFolderError(path, "is not a file the runner writes")
+            names = _names(run)
+            for name in names:
+                if name not in allowed:
+                    raise ResultsFolderError(run / name, "is not a file the runner writes")
             config_path = run / "config.json"
-            if not config_path.exists():
+            if "config.json" not in names:
                 continue  # created, killed before its config was written: harmless
             config = _read_json(config_path)
             if not isinstance(config, dict):
@@ -129,10 +143,14 @@ class Results:
                 raise ResultsFolderError(config_path, "does not match the hash its folder is "
                                          "named by (edited by hand?)")
             for name in ("result.json", "training.json", "env.json"):
-                if (run / name).exists():
-                    _read_json(run / name)
-            if (run / "episodes.jsonl").exists():
-                read_jsonl(run / "episodes.jsonl")
+                if name in names:
+                    content = _read_json(run / name)
+                    if keep is not None and name == "training.json":
+                        keep[(run.name, name)] = content
+            if "episodes.jsonl" in names:
+                records = list(read_jsonl(run / "episodes.jsonl"))
+                if keep is not None:
+                    keep[(run.name, "episodes.jsonl")] = records
 
     @contextmanager
     def writer(self) -> Iterator[Results]:
@@ -166,6 +184,21 @@ class Results:
     def train_dir(self, train_hash: str) -> Path:
         return self.root / "train" / train_hash
 
+    def episodes(self, cell_hash: str) -> list[dict[str, Any]]:
+        """A cell's per-episode records (none if it has no ``episodes.jsonl``): those the
+        validation parsed when the folder was opened with ``keep_records``, else read now."""
+        if self._records is not None and (cell_hash, "episodes.jsonl") in self._records:
+            return self._records[(cell_hash, "episodes.jsonl")]
+        path = self.cell_dir(cell_hash) / "episodes.jsonl"
+        return list(read_jsonl(path)) if path.exists() else []
+
+    def training(self, cell_hash: str) -> Any:
+        """A cell's ``training.json`` (None if it has none), kept or read as :meth:`episodes`."""
+        if self._records is not None and (cell_hash, "training.json") in self._records:
+            return self._records[(cell_hash, "training.json")]
+        path = self.cell_dir(cell_hash) / "training.json"
+        return _read_json(path) if path.exists() else None
+
     def is_done(self, cell_hash: str) -> bool:
         return (self.cell_dir(cell_hash) / "done").exists()
 
@@ -186,6 +219,8 @@ class Results:
     # -- results.jsonl -------------------------------------------------------------------------
 
     def results(self) -> list[dict[str, Any]]:
+        if self._lines is not None:
+            return list(self._lines)
         path = self.root / "results.jsonl"
         return list(read_jsonl(path)) if path.exists() else []
 
@@ -195,7 +230,7 @@ class Results:
         lines = self.results()
         have = {r["config_hash"] for r in lines}
         return lines + [_read_json(run / "result.json") for run in _entries(self.root / "cells")
-                        if (run / "done").exists() and run.name not in have]
+                        if run.name not in have and (run / "done").exists()]
 
     def superseded(self, configs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Finished results with one of ``configs`` (cell configurations) except the code that
@@ -250,6 +285,12 @@ def _holder(path: Path) -> str:
                 f"{who['since']})")
     except (OSError, ValueError, KeyError, TypeError):
         return "another process"
+
+
+def _names(folder: Path) -> list[str]:
+    """The sorted names in ``folder`` except zoo.io temp files: names, not paths, which cost
+    seconds to make at 10,000 cells."""
+    return sorted(n for n in os.listdir(folder) if not TMP_RE.match(n))
 
 
 def _entries(folder: Path) -> Iterator[Path]:
