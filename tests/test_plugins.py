@@ -176,7 +176,7 @@ def test_builtins_register_through_the_hooks():
                                           "preconditioned-rbf", "rbf"]
     assert {"glyphs", "digits"} <= set(core.registered["datasets"])
     assert core.registered["estimators"] == ["control-functional", "gauss-hermite", "mc",
-                                             "poly-cv", "sobol"]
+                                             "meta-cv", "neural-cv", "poly-cv", "sobol", "vv-cv"]
 
 
 def test_unknown_names_list_the_choices():

@@ -124,8 +124,10 @@ def meta_train_accuracy(name: str, steps: int, **hparams) -> float:
 
 @pytest.mark.slow
 def test_abml_meta_training_beats_chance():
-    """60 meta-steps: 0.41 with the defaults, 0.20 (chance) with the exact ELBO (kl_weight=1)."""
-    assert meta_train_accuracy("abml", 60, test_samples=2) > 0.3
+    """200 meta-steps with the defaults (kl_weight 1e-3, the validation choice): 0.40. The
+    stronger KL learns more slowly at first: after 60 steps it is at chance (0.23), where the
+    former default 1e-4 reached 0.41."""
+    assert meta_train_accuracy("abml", 200, test_samples=2) > 0.3
 
 
 def test_abml_meta_gradient_reaches_prior_mean_and_scale():
