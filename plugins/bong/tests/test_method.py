@@ -83,3 +83,42 @@ def test_mnist_stream_names_the_four_files_and_where_they_go(tmp_path):
                  "t10k-labels-idx1-ubyte", "DIR/mnist/MNIST/raw/", "--data-dir DIR"):
         assert name in message
     assert "missing: train-labels-idx1-ubyte, t10k-images-idx3-ubyte)" in message
+
+
+def _write_idx(path, array, magic: int) -> None:
+    import struct
+
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape))
+        f.write(array.astype("uint8").tobytes())
+
+
+@pytest.fixture
+def fake_mnist(tmp_path):
+    """MNIST's four idx files in torchvision's layout with random images (2,600 train, 1,100 test);
+    a pixel encodes the label so that the stream's order can be checked."""
+    import numpy as np
+
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 2600), ("t10k", 1100)):
+        labels = rng.integers(0, 10, n)
+        images = rng.integers(0, 256, (n, 28, 28))
+        images[:, 0, 0] = labels
+        _write_idx(raw / f"{split}-images-idx3-ubyte", images, 0x803)
+        _write_idx(raw / f"{split}-labels-idx1-ubyte", labels, 0x801)
+    return tmp_path
+
+
+def test_mnist_stream_reads_the_papers_splits_from_idx_files(fake_mnist):
+    from zoo.data.streams import load_mnist_stream
+
+    data = load_mnist_stream(fake_mnist, download=False)
+    assert data.x.shape == (3500, 784) and float(data.x.min()) >= 0 and float(data.x.max()) <= 1
+    assert torch.equal((data.x[:, 0] * 255).round().long(), data.y)  # images and labels aligned
+    assert (len(data.pool), len(data.held_out)) == (2000, 1000)
+    val_pool, val_held = data.indices("val")  # tuning: the same stream, scored on 500 others
+    assert torch.equal(val_pool, data.pool) and len(val_held) == 500
+    assert not set(val_held.tolist()) & (set(data.pool.tolist()) | set(data.held_out.tolist()))
+
