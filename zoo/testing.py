@@ -135,6 +135,16 @@ def build_for_tests(name: str, way: int, **hparams: Any) -> Method:
                         **hparams)
 
 
+def _backward_meta_loss(method: Any, episode: Any, at: str) -> None:
+    """``meta_loss`` in training mode is a finite scalar; back-propagate it from zeroed grads."""
+    method.train()
+    method.zero_grad()
+    loss = method.meta_loss(episode)
+    assert loss.ndim == 0 and torch.isfinite(loss), \
+        f"{at}: meta_loss is {loss}; return a finite scalar tensor"
+    loss.backward()
+
+
 def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
     """The method conformance suite (see the module docstring) on a Conv4S backbone, CPU."""
     for way, shot in settings:
@@ -142,12 +152,7 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         episode = toy_episode(way, shot)
         at = f"{name} ({way}-way {shot}-shot)"
 
-        method.train()
-        method.zero_grad()
-        loss = method.meta_loss(episode)
-        assert loss.ndim == 0 and torch.isfinite(loss), \
-            f"{at}: meta_loss is {loss}; return a finite scalar tensor"
-        loss.backward()
+        _backward_meta_loss(method, episode, at)
         grads = [p.grad for p in method.backbone.parameters() if p.requires_grad]
         assert any(g is not None and g.abs().sum() > 0 for g in grads), \
             f"{at}: meta_loss does not back-propagate into the backbone; compute it from " \
@@ -201,12 +206,7 @@ def check_regression_method(name: str, **hparams: Any) -> None:
     for context in (0, 1, 5):
         episode = sample_task(load_sinusoid(), "test", 0, 12, 0, context)
         at = f"{name} (context {context})"
-        method.train()
-        method.zero_grad()
-        loss = method.meta_loss(episode)
-        assert loss.ndim == 0 and torch.isfinite(loss), \
-            f"{at}: meta_loss is {loss}; return a finite scalar tensor"
-        loss.backward()
+        _backward_meta_loss(method, episode, at)
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in method.parameters()), \
             f"{at}: meta_loss does not back-propagate into the method's parameters"
         method.eval()
