@@ -112,6 +112,9 @@ def test_estimators_are_registered_and_built_from_specs():
         build_estimator("simpson")
     with pytest.raises(HyperParameterError, match="positive"):
         SobolEstimator(samples=0)
+    # the learned state the method binds is not a spec option: refused when the spec is built
+    with pytest.raises(HyperParameterError, match=r"no option\(s\) \['state'\]"):
+        build_estimator("meta-cv[state=1]")
 
 
 def test_sobol_draws_are_antithetic_and_standard():

@@ -26,7 +26,7 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -238,7 +238,9 @@ def build_estimator(spec: str, **fallback: Any) -> Estimator:
 
     name, options = parse_spec(spec, "estimator")
     cls = registry().get("estimators", name)
-    accepted = set(inspect.signature(cls).parameters)
+    # a field the method sets through bind() (a learned state) is not an option of the spec
+    bound = {f.name for f in fields(cls) if f.metadata.get("bound")} if is_dataclass(cls) else set()
+    accepted = set(inspect.signature(cls).parameters) - bound
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise HyperParameterError(f"estimator {name!r} has no option(s) {unknown}; its options: "

@@ -86,3 +86,7 @@ def test_ove_takes_the_fitted_estimators_on_its_pairwise_integrals():
 def test_meta_cv_is_refused_where_meta_training_integrates_nothing_through_the_estimator():
     with pytest.raises(HyperParameterError, match="evaluates none"):
         build_for_tests("md-bfsc", way=3, estimator="meta-cv", loss="elbo")
+    # the Bayesian last layer pre-trained as a classifier integrates nothing before test either
+    with pytest.raises(HyperParameterError, match="evaluates none"):
+        build_for_tests("bayes-last-layer", way=3, estimator="meta-cv",
+                        backbone_training="pretrain", num_classes=4)

@@ -44,3 +44,23 @@ def test_set_reaches_an_entry_suites_own_setting_of_a_runner_settings_name():
 
     suite, _ = prepare_suite("np-bo", ["train_episodes=4000", "tasks=2"])
     assert suite.entry_settings["train_episodes"] == 4000 and suite.entry_settings["tasks"] == 2
+
+
+def test_a_suite_wide_hparam_of_other_methods_does_not_stop_one_method_alone():
+    # np-quick sets samples=256 for the methods that declare it; gmm-np does not, and
+    # --methods gmm-np must still expand (it failed: "belong to none of the methods")
+    cells = expand_cells(load_suite("np-quick"), ["gmm-np"])
+    assert cells and "samples" not in cells[0].hparams
+
+
+def test_a_suite_wide_hparam_no_method_declares_is_still_a_typo():
+    import dataclasses
+
+    import pytest
+
+    from zoo.runner.suite import SuiteError
+
+    suite = load_suite("np-quick")
+    typo = dataclasses.replace(suite, settings={**suite.settings, "hparams": {"sampels": 256}})
+    with pytest.raises(SuiteError, match="sampels"):
+        expand_cells(typo, ["gmm-np"])

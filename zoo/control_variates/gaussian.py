@@ -385,7 +385,8 @@ class MetaCVEstimator(_FittedCV):
     meta_steps: int = 1
     harvest: int = 4096
     first_order: bool = False
-    state: MetaCVState | None = field(default=None, compare=False, repr=False)
+    state: MetaCVState | None = field(default=None, compare=False, repr=False,
+                                      metadata={"bound": True})
 
     def make_state(self) -> MetaCVState:
         return MetaCVState(self)

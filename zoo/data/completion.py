@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from zoo.data.base import data_root
-from zoo.data.download import missing
 from zoo.data.functions import FunctionFamily
 
 
@@ -63,18 +61,12 @@ def load_digits_completion(data_dir=None, download: bool = True, image_size: int
 
 def load_mnist_completion(data_dir: str | os.PathLike | None = None, download: bool = True,
                           noise: float = 0.25) -> ImageCompletion:
-    """Completion of MNIST images read from the data directory (never downloaded)."""
-    from torchvision.datasets import MNIST
+    """Completion of MNIST images read from the data directory (never downloaded: ``download``
+    is accepted for the loader interface and ignored)."""
+    from zoo.data.mnist import load_mnist
 
-    root = data_root(data_dir) / "mnist"
-    raw = root / "MNIST" / "raw"
-    if not (raw / "train-images-idx3-ubyte").exists() and \
-            not (raw / "train-images-idx3-ubyte.gz").exists():
-        raise missing("train-images-idx3-ubyte and t10k-images-idx3-ubyte", raw,
-                      "mnist-completion", "Put MNIST there in torchvision's layout (e.g. "
-                      "torchvision.datasets.MNIST(root, download=True) on a machine with a "
-                      "network); the zoo does not download it.", layout="mnist/MNIST/raw")
-    train = MNIST(str(root), train=True, download=False).data.float() / 255
-    test = MNIST(str(root), train=False, download=False).data.float() / 255
+    train_set, test_set = load_mnist(data_dir, "mnist-completion", download=False)
+    train = train_set.data.float() / 255
+    test = test_set.data.float() / 255
     splits = {"train": train[:-5000], "val": train[-5000:], "test": test}
     return ImageCompletion("mnist-completion", 2, 1, float(noise), images=splits)

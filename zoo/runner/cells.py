@@ -20,7 +20,7 @@ from typing import Any
 
 from zoo.errors import HyperParameterError, ZooError
 from zoo.method import resolve_hparams
-from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel
+from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel, select_methods
 from zoo.spec import parse_spec
 from zoo.tasks.base import Task
 
@@ -168,10 +168,14 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
         if not methods:
             return []
     owned = {m: set(registry.get("methods", m).all_defaults()) for m in methods}
-    unknown = sorted(set(s["hparams"]) - set().union(*owned.values()))
+    # a typo is a hyper-parameter that no method of the suite's own selection declares; one that
+    # only the methods left out by --methods declare is simply not used by this run
+    suite_methods = select_methods(suite, registry=registry)
+    declared = set().union(*(registry.get("methods", m).all_defaults() for m in suite_methods))
+    unknown = sorted(set(s["hparams"]) - declared)
     if unknown:
         raise SuiteError(f"suite {suite.name!r}: hparams {unknown} belong to none of the methods "
-                         f"{list(methods)}")
+                         f"{suite_methods}")
     try:
         shapes = task.shapes(s)
     except ZooError as exc:

@@ -162,6 +162,11 @@ class BayesLastLayer(LastLayerMethod):
         if self.hparams["backbone_training"] == "pretrain":
             self.pretraining = ClassTable(d, self.hparams["num_classes"], method=self.name)
 
+    def integrates_in_training(self) -> bool:
+        """Pre-training fits a classifier over the training classes: no predictive integral is
+        evaluated before test, so a learning estimator (meta-cv) would learn nothing."""
+        return self.hparams["backbone_training"] == "meta"
+
     def head_features(self, episode: Episode) -> tuple[Tensor, Tensor]:
         """The head's inputs for the support and the queries (``features``: centred by the
         support's mean feature only, never the queries', so a prediction uses the support alone;
