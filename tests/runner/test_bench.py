@@ -263,3 +263,23 @@ def test_table_cell_gives_raw_and_calibrated_ece():
     row = {"accuracy": 0.8, "ci95": 0.02, "ece": 0.5, "ece_calibrated": 0.03, "status": "done"}
     assert Classification().cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
     assert Classification().cell_text(row, error=True) == "20.0 ± 2.0% err"
+
+
+def test_evaluate_set_changes_a_test_time_hparam_and_records_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "md-bfsc", "--dataset", "glyphs", "--way", "3", "--shot", "1",
+                 "--episodes", "2", "--query", "2", "--val-episodes", "1", "--val-every", "2",
+                 "--set", "steps_test=2", "--out", str(run), "--device", "cpu",
+                 "--no-progress"]) == 0
+    argv = ["evaluate", str(run), "--dataset", "glyphs", "--split", "val", "--seed", "7",
+            "--episodes", "2", "--query", "2", "--device", "cpu", "--json", "--no-progress"]
+    capsys.readouterr()
+    scores = []
+    for steps in (None, 2, 0):
+        assert main(argv + ([] if steps is None else ["--set", f"steps_test={steps}"])) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert "changed_hparams" not in scores[0]
+    assert scores[1]["changed_hparams"] == {"steps_test": 2} and scores[1]["nll"] == scores[0]["nll"]
+    assert scores[2]["changed_hparams"] == {"steps_test": 0} and scores[2]["nll"] != scores[0]["nll"]
+    assert main(argv + ["--set", "steps_test=-1"]) == 2  # checked like any hyper-parameter
+    assert "steps_test" in capsys.readouterr().err

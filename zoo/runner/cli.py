@@ -102,7 +102,6 @@ def train_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.suite import SuiteError
     from zoo.runner.train import start_over, train_model
     from zoo.runner.validate import check_settings
-    from zoo.spec import parse_value
 
     check_settings({"ways": args.way, "shots": args.shot, "train_episodes": args.episodes,
                     "train_query": args.query, "val_episodes": args.val_episodes,
@@ -113,14 +112,8 @@ def train_cmd(args: argparse.Namespace) -> int:
     if cls.task != task.name:
         raise SuiteError(f"zoo train trains classification methods; {args.method!r} solves "
                          f"{cls.task!r} tasks: run it in a {cls.task} suite with zoo bench")
-    given = {}
-    for item in args.sets:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SuiteError(f"--set {item!r}: expected HYPERPARAMETER=VALUE")
-        given[key.strip()] = parse_value(value.strip())
     device = resolve_device(args.device)
-    cell = Cell(method=args.method, hparams=resolve_hparams(cls, given),
+    cell = Cell(method=args.method, hparams=resolve_hparams(cls, _hparam_sets(args.sets)),
                 train_dataset=args.dataset, dataset=args.dataset,
                 backbone=args.backbone or cls.default_backbone,
                 kernel=(args.kernel or cls.default_kernel) if cls.uses_kernel else args.kernel,
@@ -144,6 +137,20 @@ def train_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hparam_sets(items: list[str]) -> dict[str, object]:
+    """``--set KEY=VALUE`` items as a dict of hyper-parameters (values parsed as in suites)."""
+    from zoo.runner.suite import SuiteError
+    from zoo.spec import parse_value
+
+    given = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SuiteError(f"--set {item!r}: expected HYPERPARAMETER=VALUE")
+        given[key.strip()] = parse_value(value.strip())
+    return given
+
+
 def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", type=Path, help="a cell or run folder, or its model.pt")
     p.add_argument("--dataset", required=True)
@@ -159,6 +166,9 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
                    "split; use another --seed than the run's, whose validation episodes selected "
                    "its checkpoint)")
     _device_arg(p)
+    _set_arg(p, "a test-time hyper-parameter of the trained method (repeatable; e.g. "
+             "test_inner_steps=3): the trained weights and temperature are kept, the summary "
+             "records the change")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true")
 
@@ -168,6 +178,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     """Score a trained classification model on a data set's test episodes (cross-domain, Lake's
     runs)."""
     from zoo.errors import ZooError
+    from zoo.method import resolve_hparams
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
@@ -191,6 +202,12 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     if way != trained_way:
         trained["train_way"] = trained_way
     seed = config["seed"] if args.seed is None else args.seed
+    changed = _hparam_sets(args.sets)
+    if changed:
+        cls = reg.get("methods", config["method"])
+        hparams = resolve_hparams(cls, {**config["hparams"], **changed})
+        changed = {k: hparams[k] for k in changed}
+        trained["hparams"] = hparams
     cell = Cell.from_config({**trained, "way": way, "shot": shot, "query": args.query}, task,
                             dataset=args.dataset, test_episodes=args.episodes)
     if not task.supports(reg.get("methods", config["method"]), config["hparams"], cell.shape):
@@ -211,12 +228,15 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
                        split=args.split)
     summary = {"method": config["method"], "train_dataset": config["train_dataset"],
                "dataset": args.dataset, "split": args.split, "way": way, "shot": shot, "seed": seed,
-               **task.summarise(records), "temperature": blob["temperature"]}
+               **task.summarise(records), "temperature": blob["temperature"],
+               **({"changed_hparams": changed} if changed else {})}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         ci = "" if math.isnan(summary["ci95"]) else f" +- {100 * summary['ci95']:.1f}"
-        print(f"{summary['method']} on {args.dataset} {way}-way {shot}-shot, "
+        with_ = "".join(f" {k}={v}" for k, v in changed.items())
+        print(f"{summary['method']}{' with' + with_ if with_ else ''} on {args.dataset} "
+              f"{way}-way {shot}-shot, "
               f"{summary['test_episodes']} episodes: accuracy {100 * summary['accuracy']:.1f}"
               f"{ci}% (error {summary['error_percent']:.1f}%), ECE {100 * summary['ece']:.1f}% "
               f"(calibrated {100 * summary['ece_calibrated']:.1f}%), NLL {summary['nll']:.3f}")
