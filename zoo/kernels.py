@@ -105,23 +105,11 @@ class LinearKernel(Kernel):
         return self._scaled(z)
 
 
-class CosineKernel(Kernel):
-    """Inner product of L2-normalised features."""
+class CosineKernel(LinearKernel):
+    """Inner product of L2-normalised features: the linear kernel after normalisation."""
 
     def prepare(self, x: Tensor) -> Tensor:
         return F.normalize(x, dim=-1)
-
-    def base(self, x1: Tensor, x2: Tensor) -> Tensor:
-        return x1 @ x2.transpose(-1, -2)
-
-    def base_diag(self, x: Tensor) -> Tensor:
-        return x.pow(2).sum(-1)
-
-    def map_dim(self, d: int) -> int:
-        return d
-
-    def feature_map(self, z: Tensor) -> Tensor:
-        return self._scaled(z)
 
 
 class BNCosineKernel(CosineKernel):
