@@ -52,9 +52,16 @@ def run_unit_on_node(marker: Path, cells: Sequence[Cell], root: Path, *args) -> 
 
 def threads_per_unit(workers: int) -> int:
     """Intra-op threads per unit: the cores this process may run on (its CPU affinity, so that
-    ``taskset -c 0 zoo bench ...`` means one thread), shared among the workers."""
+    ``taskset -c 0 zoo bench ...`` means one thread), shared among the workers, and at most
+    ``OMP_NUM_THREADS`` where that is set (as torch itself honours it): on a shared machine a
+    unit that spreads over every core while other jobs hold them waits at each parallel region,
+    several times slower than one thread (``benchmarks/cards/omniglot-minimal.md``)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, workers))
+    share = max(1, (cores or 1) // max(1, workers))
+    limit = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if limit.isdigit() and int(limit) > 0:
+        share = min(share, int(limit))
+    return share
 
 
 def unit_resources(device: str, threads: int) -> dict[str, int]:
