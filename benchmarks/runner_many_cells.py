@@ -101,7 +101,8 @@ def main() -> None:
     p.add_argument("--test-episodes", type=int, default=50)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--profile", type=Path, default=None, metavar="FILE",
-                   help="profile run_suite (cProfile): print its top functions, save the stats")
+                   help="profile run_suite (cProfile, CPU time): print its top functions, save "
+                   "the stats")
     args = p.parse_args()
     torch.set_num_threads(1)
     reg = registry()
@@ -121,7 +122,7 @@ def main() -> None:
         "val_every": max(1, args.train_episodes // 2), "test_episodes": args.test_episodes,
         "checkpoint_every": max(1, args.train_episodes // 2)}}, "benchmark", reg)
     out = args.out or Path(tempfile.mkdtemp(prefix="zoo-many-cells-"))
-    profiler = cProfile.Profile() if args.profile else None
+    profiler = cProfile.Profile(time.process_time) if args.profile else None  # CPU time
     start, start_cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
