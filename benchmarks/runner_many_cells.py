@@ -42,7 +42,6 @@ from zoo.runner.bench import run_suite
 from zoo.runner.report import write_report
 from zoo.runner.suite import suite_from_dict
 
-
 WALL, CPU = [0.0, 0.0], [0.0, 0.0]  # [model, sampling] seconds
 
 
