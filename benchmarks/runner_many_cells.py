@@ -18,7 +18,7 @@ and in CPU time (the process's, against the cells' own threads' CPU time), which
 shared with other work inflates less.
 
     python benchmarks/runner_many_cells.py [--cells 10000] [--train-episodes 100]
-        [--test-episodes 50] [--out DIR] [--profile]
+        [--test-episodes 50] [--out DIR] [--profile FILE]
 """
 
 from __future__ import annotations
