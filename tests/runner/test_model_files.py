@@ -57,3 +57,16 @@ def test_rng_states_survive_a_weights_only_round_trip(tmp_path):
     torch.manual_seed(0), random.seed(0), np.random.seed(0)
     set_rng_state(load_checkpoint(path))
     assert (torch.rand(2).tolist(), random.random(), np.random.randn()) == expected
+
+
+def test_rng_states_of_older_checkpoints_still_load():
+    """Python's state was saved as a tuple of 625 numbers before it became one tensor."""
+    import random
+
+    random.seed(5)
+    state = rng_state()
+    version, words, gauss = state["python"]
+    expected = random.random()
+    random.seed(0)
+    set_rng_state(state | {"python": (version, tuple(words.tolist()), gauss)})
+    assert random.random() == expected

@@ -1,13 +1,17 @@
-"""One unit of work: the cells that share a training (one model, several test data sets).
+"""One unit of work: the cells that share a training (one model, several test data sets); and a
+group of units run one after another with one flush to the disk for all of them.
 
 The unit trains (or resumes, or loads) the model once, then scores each pending cell and writes
-its folder; the cells' ``done`` markers are written last, after one flush of the unit's files to
-the disk. An exception in a cell becomes its ``error.txt`` (the cell
-is shown as failed and retried on the next run); it never becomes a result.
+its folder. The ``done`` markers of a group's trainings and cells are written last, after one
+flush of the group's files to the disk (``syncfs``): a flush costs about as much as a small
+cell's work, so a suite of many small cells groups its units (:mod:`zoo.runner.executors`). An
+exception in a cell becomes its ``error.txt`` (the cell is shown as failed and retried on the
+next run); it never becomes a result.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 from collections.abc import Sequence
@@ -77,6 +81,14 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
              datasets: DatasetCache | None = None, registry: Any = None) -> list[Outcome]:
     """Train the shared model of ``cells`` and score every cell not yet done. ``registry``: the
     plugin registry (default: this process's; a worker process loads its own)."""
+    return run_units([cells], root, data_dir, device, threads, progress, datasets, registry)
+
+
+def run_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None, device: str,
+              threads: int = 0, progress: bool = False,
+              datasets: DatasetCache | None = None, registry: Any = None) -> list[Outcome]:
+    """:func:`run_unit` for each of ``units`` in turn, then one flush of the results folder to
+    the disk and the ``done`` markers of every training and cell that finished."""
     if registry is None and datasets is not None:
         registry = datasets.registry
     if registry is None:
@@ -91,22 +103,37 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
         torch.backends.cudnn.deterministic = True
     results = Results(root)
     datasets = datasets or DatasetCache(data_dir, device, registry)
+    env = environment(device)
+    env_text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
+    markers: list[Path] = []  # `done` files, written after the flush
+    outcomes = [o for cells in units for o in _run_one(cells, results, datasets, device, env,
+                                                       env_text, progress, registry, markers)]
+    if markers:  # the group's files on the disk, then their `done` markers: one flush a group
+        sync_to_disk(root)
+        for path in markers:
+            atomic_write_text(path, "")
+    return outcomes
+
+
+def _run_one(cells: Sequence[Cell], results: Results, datasets: DatasetCache, device: str,
+             env: dict[str, Any], env_text: str, progress: bool, registry: Any,
+             markers: list[Path]) -> list[Outcome]:
+    """One unit; the paths of the ``done`` markers it earned are appended to ``markers``."""
     pending = [c for c in cells if not results.is_done(c.hash)]
     if not pending:
         return []
-    env = environment(device)
     for cell in pending:
         folder = results.cell_dir(cell.hash)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / "config.json", cell.config())
-        atomic_write_json(folder / "env.json", env)
+        atomic_write_text(folder / "env.json", env_text)
     first = pending[0]
     train_dir = results.train_dir(first.train_hash)
     try:
         seed_everything(first.seed)
         train_data, val_data = datasets.training_data(first)
         trained = train_model(first, train_dir, train_data, device, registry, progress,
-                              val_data=val_data)
+                              val_data=val_data, markers=markers)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -131,11 +158,7 @@ def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: st
             outcomes.append(Outcome(cell.hash, cell.label, error=_first_line(message)))
         else:
             outcomes.append(Outcome(cell.hash, cell.label, result=result))
-    scored = [o for o in outcomes if o.result is not None]
-    if scored:  # the unit's cell files on the disk, then their `done` markers: one flush a unit
-        sync_to_disk(root)
-        for o in scored:
-            atomic_write_text(results.cell_dir(o.cell_hash) / "done", "")
+    markers += [results.cell_dir(o.cell_hash) / "done" for o in outcomes if o.result is not None]
     return outcomes
 
 

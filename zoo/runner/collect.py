@@ -161,10 +161,10 @@ def load_report(root: Path, registry: Any = None) -> Report:
         training = results.training(r["config_hash"])
         if training is not None:
             e.curves.append(training.get("curve", []))
-    cells = results.root / "cells"
-    for folder in sorted(cells.iterdir()) if cells.is_dir() else []:
-        if folder.name in done or not (folder / "error.txt").exists() or (folder / "done").exists():
+    for name, files in results.run_files("cells").items():
+        if name in done or "error.txt" not in files or "done" in files:
             continue
+        folder = results.cell_dir(name)
         c = json.loads((folder / "config.json").read_text())
         message = (folder / "error.txt").read_text().splitlines()[0]
         entry(row_name(c["method"], c.get("variant", "")), c).failed.append(message)

@@ -67,8 +67,9 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
         records.append(record)
         lines.append(json.dumps(record) + "\n")
         running += record[task.headline]
-        bar.update(1)
-        bar.set_postfix({task.headline: f"{running / len(records):.3f}"})
+        if progress:
+            bar.update(1)
+            bar.set_postfix({task.headline: f"{running / len(records):.3f}"})
         if records_path is not None and time.perf_counter() - last_flush > FLUSH_SECONDS:
             write_jsonl(records_path, lines)
             last_flush = time.perf_counter()

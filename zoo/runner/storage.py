@@ -54,6 +54,7 @@ class ResultsFolderError(ZooError):
     """A file in a results folder that is corrupt or not ours; nothing was changed."""
 
     def __init__(self, path: Path, problem: str):
+        self.path, self.problem = path, problem
         super().__init__(f"{path}: {problem}; nothing in the results folder was changed. Move or "
                          "delete that file, or choose another --out")
 
@@ -72,6 +73,7 @@ class Results:
         # validation parsed them (``keep_records``)
         self._records: dict[tuple[str, str], Any] | None = {} if keep_records else None
         self._lines: list[dict[str, Any]] | None = None  # results.jsonl, likewise
+        self._listing: dict[str, dict[str, list[str]]] = {}  # run_files, likewise
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -121,36 +123,25 @@ class Results:
         self._validate_runs("cells", CELL_FILES)
 
     def _validate_runs(self, kind: str, allowed: set[str]) -> None:
-        keep = self._records if kind == "cells" else None
-        for run in _entries(self.root / kind):
-            if not (run.is_dir() and HASH_RE.match(run.name)):
-                raise ResultsFolderError(run, f"is not a {kind} directory (16 hex digits)")
-            names = _names(run)
-            for name in names:
-                if name not in allowed:
-                    raise ResultsFolderError(run / name, "is not a file the runner writes")
-            config_path = run / "config.json"
-            if "config.json" not in names:
-                continue  # created, killed before its config was written: harmless
-            config = _read_json(config_path)
-            if not isinstance(config, dict):
-                raise ResultsFolderError(config_path, "is not a configuration object")
-            missing = {"method", "hparams", "train_dataset", "seed"} - set(config)
-            if missing:
-                raise ResultsFolderError(config_path, f"is not a {kind} configuration (no "
-                                         f"{', '.join(sorted(missing))})")
-            if config_hash(config) != run.name:
-                raise ResultsFolderError(config_path, "does not match the hash its folder is "
-                                         "named by (edited by hand?)")
-            for name in ("result.json", "training.json", "env.json"):
-                if name in names:
-                    content = _read_json(run / name)
-                    if keep is not None and name == "training.json":
-                        keep[(run.name, name)] = content
-            if "episodes.jsonl" in names:
-                records = list(read_jsonl(run / "episodes.jsonl"))
-                if keep is not None:
-                    keep[(run.name, "episodes.jsonl")] = records
+        """Check every run folder of ``kind``; raise the first problem in the folders' order."""
+        folder = self.root / kind
+        names = _names(folder) if folder.is_dir() else []
+        keep = self._records is not None and kind == "cells"
+        listing, kept, problem = _check_runs(str(folder), names, kind, allowed, keep)
+        if problem is not None:
+            raise ResultsFolderError(Path(problem[0]), problem[1])
+        if self._records is not None:
+            self._records |= kept
+            self._listing[kind] = listing
+
+    def run_files(self, kind: str) -> dict[str, list[str]]:
+        """The files in each run folder of ``kind`` (``"cells"``, ``"train"``) by folder name:
+        as the validation listed them for a reader (``keep_records``), else listed now."""
+        if kind in self._listing:
+            return self._listing[kind]
+        folder = self.root / kind
+        return {name: _names(folder / name) for name in _names(folder)
+                if (folder / name).is_dir()} if folder.is_dir() else {}
 
     @contextmanager
     def writer(self) -> Iterator[Results]:
@@ -229,8 +220,9 @@ class Results:
         report of a folder whose results.jsonl was lost or is behind is still complete)."""
         lines = self.results()
         have = {r["config_hash"] for r in lines}
-        return lines + [_read_json(run / "result.json") for run in _entries(self.root / "cells")
-                        if run.name not in have and (run / "done").exists()]
+        return lines + [_read_json(self.cell_dir(name) / "result.json")
+                        for name, files in self.run_files("cells").items()
+                        if name not in have and "done" in files]
 
     def superseded(self, configs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Finished results with one of ``configs`` (cell configurations) except the code that
@@ -287,9 +279,9 @@ def _holder(path: Path) -> str:
         return "another process"
 
 
-def _names(folder: Path) -> list[str]:
+def _names(folder: str | os.PathLike) -> list[str]:
     """The sorted names in ``folder`` except zoo.io temp files: names, not paths, which cost
-    seconds to make at 10,000 cells."""
+    seconds to make (and to sort) at 10,000 cells."""
     return sorted(n for n in os.listdir(folder) if not TMP_RE.match(n))
 
 
@@ -297,30 +289,75 @@ def _entries(folder: Path) -> Iterator[Path]:
     """The entries of ``folder`` except zoo.io temp files left behind by a killed write."""
     if not folder.is_dir():
         return
-    for path in sorted(folder.iterdir()):
-        if not TMP_RE.match(path.name):
-            yield path
+    for name in _names(folder):
+        yield folder / name
 
 
-def _read_json(path: Path) -> Any:
+def _check_runs(folder: str, names: list[str], kind: str, allowed: set[str], keep: bool
+                ) -> tuple[dict[str, list[str]], dict[tuple[str, str], Any],
+                           tuple[str, str] | None]:
+    """Check the run folders ``names`` of ``folder``: the files of each, the records parsed
+    (``keep``: episodes.jsonl and training.json, by (folder, file)), and the first problem as
+    (path, what is wrong), or None. Strings, not paths: ~60,000 of them at 10,000 cells."""
+    files: dict[str, list[str]] = {}
+    kept: dict[tuple[str, str], Any] = {}
     try:
-        return json.loads(path.read_text())
+        for name in names:
+            run = os.path.join(folder, name)
+            if not (HASH_RE.match(name) and os.path.isdir(run)):
+                return files, kept, (run, f"is not a {kind} directory (16 hex digits)")
+            files[name] = listed = _names(run)
+            for file in listed:
+                if file not in allowed:
+                    return files, kept, (os.path.join(run, file), "is not a file the runner writes")
+            config_path = os.path.join(run, "config.json")
+            if "config.json" not in listed:
+                continue  # created, killed before its config was written: harmless
+            config = _read_json(config_path)
+            if not isinstance(config, dict):
+                return files, kept, (config_path, "is not a configuration object")
+            missing = {"method", "hparams", "train_dataset", "seed"} - set(config)
+            if missing:
+                return files, kept, (config_path, f"is not a {kind} configuration (no "
+                                     f"{', '.join(sorted(missing))})")
+            if config_hash(config) != name:
+                return files, kept, (config_path, "does not match the hash its folder is "
+                                     "named by (edited by hand?)")
+            for file in ("result.json", "training.json", "env.json"):
+                if file in listed:
+                    content = _read_json(os.path.join(run, file))
+                    if keep and file == "training.json":
+                        kept[(name, file)] = content
+            if "episodes.jsonl" in listed:
+                records = list(read_jsonl(os.path.join(run, "episodes.jsonl")))
+                if keep:
+                    kept[(name, "episodes.jsonl")] = records
+    except ResultsFolderError as exc:
+        return files, kept, (str(exc.path), exc.problem)
+    return files, kept, None
+
+
+def _read_json(path: str | os.PathLike) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.loads(f.read())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsFolderError(path, f"is not readable JSON ({exc})") from None
+        raise ResultsFolderError(Path(path), f"is not readable JSON ({exc})") from None
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     try:
-        text = path.read_text()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsFolderError(path, f"is not readable ({exc})") from None
+        raise ResultsFolderError(Path(path), f"is not readable ({exc})") from None
     for number, line in enumerate(text.splitlines(), 1):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ResultsFolderError(path, f"line {number} is not JSON ({exc})") from None
+            raise ResultsFolderError(Path(path), f"line {number} is not JSON ({exc})") from None
         if not isinstance(obj, dict):
-            raise ResultsFolderError(path, f"line {number} is not a JSON object")
+            raise ResultsFolderError(Path(path), f"line {number} is not a JSON object")
         yield obj
 
 

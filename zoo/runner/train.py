@@ -33,6 +33,7 @@ from zoo.io import (
     load_checkpoint,
     sync_to_disk,
 )
+from zoo.method import manual_seed
 from zoo.runner.cells import Cell
 
 log = logging.getLogger(__name__)
@@ -64,15 +65,20 @@ class TrainedModel:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators (:func:`zoo.method.manual_seed`)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    manual_seed(seed)
 
 
 def rng_state() -> dict[str, Any]:
-    """Every global RNG's state as tensors, numbers and tuples (loadable with weights only)."""
+    """Every global RNG's state as tensors, numbers and tuples (loadable with weights only).
+    Python's 625 state words are one tensor, not a tuple of 625 numbers that ``torch.save``
+    pickles one by one (most of a small model's checkpoint time)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+    version, words, gauss = random.getstate()
+    state = {"torch": torch.get_rng_state(),
+             "python": (version, torch.tensor(words, dtype=torch.int64), gauss),
              "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -81,7 +87,10 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
+    version, words, gauss = state["python"]
+    if isinstance(words, torch.Tensor):  # a tuple in checkpoints of older versions
+        words = tuple(words.tolist())
+    random.setstate((version, words, gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
@@ -111,9 +120,12 @@ def validate(method: nn.Module, cell: Cell, dataset: Any) -> tuple[float, dict[s
 
 
 def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: Any,
-                progress: bool = False, val_data: Any = None) -> TrainedModel:
+                progress: bool = False, val_data: Any = None,
+                markers: list[Path] | None = None) -> TrainedModel:
     """Train (or resume, or just load) the model of ``cell`` in ``folder``; ``val_data`` (the
-    cell's ``val_dataset``; default ``dataset``) gives the validation episodes."""
+    cell's ``val_dataset``; default ``dataset``) gives the validation episodes. ``markers``: the
+    training's ``done`` file is appended there for the caller to write after its own flush to
+    the disk (:func:`zoo.runner.cell.run_units`); by default it is flushed and written here."""
     val_data = dataset if val_data is None else val_data
     check_same_config(folder, cell.train_config())
     task = cell.task
@@ -129,7 +141,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     atomic_write_json(folder / "config.json", cell.train_config())
     groups = [g for g in method.param_groups() if g["params"]]
     if not groups:  # nothing to meta-train: the method is used as built
-        return _finish(cell, folder, method, TrainState(), False, device)
+        return _finish(cell, folder, method, TrainState(), False, device, markers)
     optimizer = torch.optim.Adam(groups)
     state = TrainState()
     seed_everything(cell.seed)
@@ -153,22 +165,34 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         atomic_save({"model": method.state_dict(), "optimizer": optimizer.state_dict(),
                      "state": vars(state), "rng": rng_state()}, ckpt_path)
 
+    best: dict[str, Any] = {}  # best.pt's content when this process saved it: not read back
+
     def run_validation() -> None:
         score, payload = validate(method, cell, val_data)
         state.curve[-1][task.selection_key] = score
         if score > state.best_val:
             state.best_val, state.best_episode = score, state.episode
-            atomic_save({"model": method.state_dict(), **payload, "episode": state.episode},
-                        best_path)
+            best.clear()
+            best.update({"model": {k: v.detach().clone() for k, v in method.state_dict().items()},
+                         **payload, "episode": state.episode})
+            atomic_save(best, best_path)
 
     bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
                leave=False, disable=not progress, unit="ep")
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+
+    def zero_grad() -> None:
+        """``optimizer.zero_grad(set_to_none=True)`` without the wrapper torch puts around it
+        (disabling dynamo, a profiler record): ~0.1 ms a step, more than a small model's step."""
+        for p in params:
+            p.grad = None
+
     method.train()
     last_checkpoint = state.episode
     while state.episode < cell.train_episodes:
         start = time.perf_counter()
         n = min(meta_batch, cell.train_episodes - state.episode)
-        optimizer.zero_grad(set_to_none=True)
+        zero_grad()
         finite, total = True, 0.0
         for i in range(n):
             episode = sample(state.episode + i)
@@ -183,14 +207,14 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                 break
             loss.backward()
             total += float(loss.detach())
-        finite = finite and all(torch.isfinite(p.grad).all() for g in optimizer.param_groups
-                                for p in g["params"] if p.grad is not None)
+        finite = finite and all(torch.isfinite(p.grad).all() for p in params
+                                if p.grad is not None)
         if finite:
             optimizer.step()
             state.bad_run = 0
             state.losses.append(total)
         else:
-            optimizer.zero_grad(set_to_none=True)
+            zero_grad()
             state.skipped_steps += 1
             state.bad_run += 1
             if state.bad_run >= cell.max_bad_steps:
@@ -214,14 +238,18 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                 elapsed = time.perf_counter() - start
                 state.seconds += elapsed
                 state.val_seconds += elapsed
-                bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
-        if state.episode - last_checkpoint >= cell.checkpoint_every or \
-                state.episode == cell.train_episodes:
+                if progress:
+                    bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
+        # the end of training is saved as model.pt (its `done` then skips training): a
+        # checkpoint there would only be read after a kill in between, which resumes the same
+        # from the one before
+        if state.episode - last_checkpoint >= cell.checkpoint_every and \
+                state.episode < cell.train_episodes:
             save_checkpoint()
             last_checkpoint = state.episode
     bar.close()
     check_skipped(cell, state)
-    return _finish(cell, folder, method, state, validating, device)
+    return _finish(cell, folder, method, state, validating, device, markers, best or None)
 
 
 def check_skipped(cell: Cell, state: TrainState) -> None:
@@ -236,15 +264,20 @@ def check_skipped(cell: Cell, state: TrainState) -> None:
 
 
 def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, validating: bool,
-            device: str) -> TrainedModel:
-    """Load the best checkpoint, calibrate on its validation output, write model.pt."""
+            device: str, markers: list[Path] | None = None, best: dict[str, Any] | None = None
+            ) -> TrainedModel:
+    """Load the best checkpoint (``best``: its content, saved by this process), calibrate on its
+    validation output, write model.pt."""
     temperature = 1.0
     selection = "last"
     if validating:
-        if not (folder / "best.pt").exists():
+        if best is None and not (folder / "best.pt").exists():
             raise ZooError(f"{cell.label}: no validated checkpoint in {folder}; delete that "
                            "folder (or use --force) to train again")
-        best = load_checkpoint(folder / "best.pt", device)
+        if best is None:
+            best = load_checkpoint(folder / "best.pt", device)
+        else:  # as loading it would give it: every tensor on ``device``
+            best = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in best.items()}
         method.load_state_dict(best["model"])
         temperature = cell.task.calibrate(best)
         selection = "best " + cell.task.selection_key.replace("val_", "validation ")
@@ -262,9 +295,12 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
     atomic_save({"state_dict": method.state_dict(), "temperature": temperature, "info": info,
                  "config": cell.train_config()}, folder / "model.pt")
     atomic_write_json(folder / "training.json", info | {"temperature": temperature})
-    sync_to_disk(folder)  # what `done` declares complete is on the disk before it
-    atomic_write_text(folder / "done", "")
     (folder / "error.txt").unlink(missing_ok=True)
+    if markers is not None:
+        markers.append(folder / "done")
+    else:
+        sync_to_disk(folder)  # what `done` declares complete is on the disk before it
+        atomic_write_text(folder / "done", "")
     return TrainedModel(method, temperature, info)
 
 
