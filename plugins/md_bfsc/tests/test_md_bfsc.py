@@ -326,7 +326,7 @@ def test_convergence_suite_writes_the_documented_json_and_figures(tmp_path):
 
     run(tmp_path, None, "cpu", {"shots": [1], "episodes": 1, "query": 2, "inner_iterations": 3,
                                 "outer_iterations": 2, "md_rhos": [1.0], "gd_rhos": [0.1],
-                                "gd_moment_rhos": [1e-3], "val_every": 1, "val_episodes": 1})
+                                "gd_moment_rhos": [1e-3], "val_every": 1, "val_episodes": 2})
     out = json.loads((tmp_path / "convergence.json").read_text())
     for variant in ("md", "gd", "gd_moment"):
         assert len(out["inner"][variant]["1-shot"]) == 4
@@ -335,8 +335,27 @@ def test_convergence_suite_writes_the_documented_json_and_figures(tmp_path):
         assert len(out["outer"][variant]["1-shot"]) == 2
         val = out["outer_val"][variant]["1-shot"]
         assert [v["iteration"] for v in val] == [0, 1, 2] and 0 <= val[-1]["accuracy"] <= 1
+    for md, gd, diff in zip(out["outer_val"]["md"]["1-shot"], out["outer_val"]["gd"]["1-shot"],
+                            out["outer_val_diff"]["1-shot"]):
+        assert diff["iteration"] == md["iteration"] == gd["iteration"]
+        for score in ("loss", "accuracy"):  # a paired mean difference is the difference of means
+            assert diff[score] == pytest.approx(md[score] - gd[score])
+            assert md[f"{score}_ci"] >= 0 and diff[f"{score}_ci"] >= 0
     assert out["inner_best"]["md"]["1-shot"]["elbo"][-1] > out["inner"]["md"]["1-shot"][0]
     assert (tmp_path / "inner.png").stat().st_size > 0 and (tmp_path / "outer.png").exists()
+
+
+def test_convergence_outer_study_can_train_with_each_methods_own_inner_loop(tmp_path, caplog):
+    from zoo_md_bfsc.convergence import run
+
+    settings = {"shots": [1], "episodes": 1, "query": 2, "inner_iterations": 1,
+                "outer_iterations": 1, "md_rhos": [1.0], "gd_rhos": [0.1],
+                "gd_moment_rhos": [1e-3], "val_every": 0, "outer_inner": "defaults"}
+    run(tmp_path, None, "cpu", settings)
+    out = json.loads((tmp_path / "convergence.json").read_text())
+    assert len(out["outer"]["md"]["1-shot"]) == 1 and out["outer_val_diff"]["1-shot"] == []
+    with pytest.raises(ValueError, match="outer_inner"):
+        run(tmp_path, None, "cpu", {**settings, "outer_inner": "own"})
 
 
 @pytest.mark.parametrize("kernel", ["cosine", "linear"])

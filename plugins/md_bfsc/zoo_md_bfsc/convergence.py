@@ -8,7 +8,10 @@
      "inner_best": {"md": {"1-shot": {"rho": r, "elbo": [...]}, ...}, "gd": ..., "gd_moment": ...},
      "outer": {"md": {"1-shot": [...], "5-shot": [...]}, "gd": {...}},  # predictive loss per
                                                                         #   outer iteration
-     "outer_val": {"md": {"1-shot": [{"iteration": i, "loss": l, "accuracy": a}, ...]}, ...},
+     "outer_val": {"md": {"1-shot": [{"iteration": i, "loss": l, "loss_ci": c,
+                                      "accuracy": a, "accuracy_ci": c}, ...]}, ...},
+     "outer_val_diff": {"1-shot": [{"iteration": i, "loss": d, "loss_ci": c,   # md - gd on the
+                                    "accuracy": d, "accuracy_ci": c}, ...]},   #   same episodes
      "settings": {...}}
 
 Inner: on fixed ``split`` (validation) episodes of ``glyphs`` with a fixed kernel (a seeded,
@@ -19,9 +22,12 @@ paper's common step size 0.005 and at each method's best step size from a grid. 
 ``gd-bfsc`` default (whitened coordinates); ``gd_moment`` is the paper's GD on ``(m, Sigma)``,
 whose curve becomes ``null`` from the step where it diverges. Outer: 30 Adam steps from the same
 initialisation on the same training episodes, predictive-likelihood loss with 2 inner steps
-(rho 0.1 for 1-shot, 0.02 for 5-shot); every ``val_every`` iterations the model's predictive
-loss (NLL per query) and accuracy on ``val_episodes`` fixed validation episodes, with the
-method's test-time inner loop. Also writes ``inner.png`` and ``outer.png``.
+(rho 0.1 for 1-shot, 0.02 for 5-shot; ``outer_inner = "paper"``, Fig. 4's setting) or with each
+method's own training inner loop (``outer_inner = "defaults"``: md 3 steps at rho 1, gd 3 at
+0.02, what the suites train with); every ``val_every`` iterations the model's predictive loss
+(NLL per query) and accuracy on ``val_episodes`` fixed validation episodes, with the method's
+test-time inner loop, each with the 95% CI over episodes, and MD minus GD paired on the same
+episodes. Also writes ``inner.png`` and ``outer.png``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import torch
 from zoo import EpisodeSampler, build_method
 from zoo.errors import NumericalError
 from zoo.io import atomic_write_json
+from zoo.metrics import mean_ci, paired_difference
 from zoo.plugins import load_dataset
 from zoo.spec import parse_spec
 from zoo_md_bfsc.method import MDBFSC
@@ -51,6 +58,7 @@ DEFAULTS: dict[str, Any] = tomllib.loads(
     (Path(__file__).with_name("md-convergence.toml")).read_text())["settings"]
 VARIANTS = {"md": ("md-bfsc", {}), "gd": ("gd-bfsc", {}),
             "gd_moment": ("gd-bfsc", {"gd_parameterisation": "moment"})}
+OUTER_INNER = ("paper", "defaults")
 
 
 def _inner_curve(method: MDBFSC, episodes: list, rho: float, steps: int) -> list[float | None]:
@@ -90,6 +98,8 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
         settings: Mapping[str, Any] | None = None) -> None:
     """Run both studies and write ``convergence.json``, ``inner.png`` and ``outer.png``."""
     cfg = {**DEFAULTS, **(settings or {})}
+    if cfg["outer_inner"] not in OUTER_INNER:
+        raise ValueError(f"outer_inner = {cfg['outer_inner']!r}: choose one of {OUTER_INNER}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name, options = parse_spec(cfg["dataset"])
@@ -99,7 +109,7 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
     result: dict[str, Any] = {"inner": {v: {} for v in VARIANTS}, "inner_best": {v: {} for v in VARIANTS},
                               "inner_rho": dict.fromkeys(VARIANTS, cfg["common_rho"]),
                               "outer": {"md": {}, "gd": {}}, "outer_val": {"md": {}, "gd": {}},
-                              "settings": cfg}
+                              "outer_val_diff": {}, "settings": cfg}
     for shot in cfg["shots"]:
         key = f"{shot}-shot"
         if cfg["split"] == "test":
@@ -118,46 +128,75 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
                                                   "final_by_rho": {str(r): _final(c)
                                                                    for r, c in curves.items()}}
             log.info("inner %s %s: best rho %g", variant, key, best)
+        scores = {}
         for variant in ("md", "gd"):
-            result["outer"][variant][key], result["outer_val"][variant][key] = _outer_curve(
+            result["outer"][variant][key], scores[variant] = _outer_curve(
                 variant, ds, shot, cfg, build, device)
+            result["outer_val"][variant][key] = [_summary(i, s) for i, s in scores[variant]]
+        result["outer_val_diff"][key] = [
+            _difference(i, md, gd) for (i, md), (_, gd) in zip(scores["md"], scores["gd"])]
     atomic_write_json(out_dir / "convergence.json", result)
     _plot(result, out_dir)
 
 
-def _validation(method: MDBFSC, episodes: list) -> tuple[float, float]:
-    """Mean predictive NLL per query and accuracy on fixed validation episodes."""
+Scores = tuple[list[float], list[float]]
+"""Per validation episode: predictive NLL per query, accuracy."""
+
+
+def _validation(method: MDBFSC, episodes: list) -> Scores:
+    """Predictive NLL per query and accuracy on each of fixed validation episodes."""
     was_training = method.training
     method.eval()
-    nll, correct, n = 0.0, 0, 0
+    nll, accuracy = [], []
     with torch.no_grad():
         for ep in episodes:
             probs = method.predict(ep).probs.double()
-            nll -= float(probs[torch.arange(len(ep.query_y)), ep.query_y].clamp_min(1e-12)
-                         .log().sum())
-            correct += int((probs.argmax(1) == ep.query_y).sum())
-            n += len(ep.query_y)
+            rows = torch.arange(len(ep.query_y))
+            nll.append(-float(probs[rows, ep.query_y].clamp_min(1e-12).log().mean()))
+            accuracy.append(float((probs.argmax(1) == ep.query_y).double().mean()))
     method.train(was_training)
-    return nll / n, correct / n
+    return nll, accuracy
+
+
+def _summary(iteration: int, scores: Scores) -> dict[str, float]:
+    """Mean NLL and accuracy over the validation episodes with their 95% CI half-widths."""
+    (loss, loss_ci), (accuracy, accuracy_ci) = mean_ci(scores[0]), mean_ci(scores[1])
+    return {"iteration": iteration, "loss": loss, "loss_ci": loss_ci,
+            "accuracy": accuracy, "accuracy_ci": accuracy_ci}
+
+
+def _difference(iteration: int, a: Scores, b: Scores) -> dict[str, float]:
+    """``a - b`` in NLL and accuracy, paired on the same validation episodes, with 95% CIs."""
+    (loss, loss_ci), (accuracy, accuracy_ci) = (paired_difference(a[0], b[0]),
+                                                 paired_difference(a[1], b[1]))
+    return {"iteration": iteration, "loss": loss, "loss_ci": loss_ci,
+            "accuracy": accuracy, "accuracy_ci": accuracy_ci}
 
 
 def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dict,
-                 device: str) -> tuple[list[float | None], list[dict[str, float]]]:
-    rho = float(cfg["outer_rho"][str(shot)])
+                 device: str) -> tuple[list[float | None], list[tuple[int, Scores]]]:
+    inner = {} if cfg["outer_inner"] == "defaults" else {
+        "steps_train": cfg["outer_inner_steps"], "rho_train": float(cfg["outer_rho"][str(shot)])}
     method = build_method(VARIANTS[variant][0], **build, loss="predictive", lr=cfg["lr"],
-                          steps_train=cfg["outer_inner_steps"], rho_train=rho).to(device).train()
+                          **inner).to(device).train()
     optimizer = torch.optim.Adam(method.param_groups())
     sampler = EpisodeSampler(ds, "train", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
     val_sampler = EpisodeSampler(ds, "val", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
     val_episodes = [val_sampler[i].to(device) for i in range(cfg["val_episodes"])]
     losses: list[float | None] = []
-    curve: list[dict[str, float]] = []
+    curve: list[tuple[int, Scores]] = []
+
+    def validate(i: int) -> None:
+        scores = _validation(method, val_episodes)
+        curve.append((i, scores))
+        summary = _summary(i, scores)
+        log.info("outer %s %d-shot, iteration %d: validation loss %.4f +- %.4f, accuracy "
+                 "%.3f +- %.3f", variant, shot, i, summary["loss"], summary["loss_ci"],
+                 summary["accuracy"], summary["accuracy_ci"])
+
     for i in range(cfg["outer_iterations"]):
         if cfg["val_every"] and i % cfg["val_every"] == 0:
-            loss, accuracy = _validation(method, val_episodes)
-            curve.append({"iteration": i, "loss": loss, "accuracy": accuracy})
-            log.info("outer %s %d-shot, iteration %d: validation loss %.4f, accuracy %.3f",
-                     variant, shot, i, loss, accuracy)
+            validate(i)
         optimizer.zero_grad()
         try:
             loss = method.meta_loss(sampler[i].to(device))
@@ -169,10 +208,7 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
         optimizer.step()
         losses.append(float(loss.detach()))
     if cfg["val_every"]:
-        loss, accuracy = _validation(method, val_episodes)
-        curve.append({"iteration": cfg["outer_iterations"], "loss": loss, "accuracy": accuracy})
-        log.info("outer %s %d-shot, iteration %d: validation loss %.4f, accuracy %.3f",
-                 variant, shot, cfg["outer_iterations"], loss, accuracy)
+        validate(cfg["outer_iterations"])
     return losses, curve
 
 
