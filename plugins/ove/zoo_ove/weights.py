@@ -1,0 +1,127 @@
+"""OVE's Gaussian posterior given the Polya-Gamma variables, in the class weights (``C D``).
+
+With a kernel's feature map shared by the classes, ``f_c = Phi u_c`` with ``u_c ~ N(0, I_D)``, and
+the one-vs-each sites (precision ``w_m``, natural mean ``kappa_m = 1/2`` on ``psi_m = f_y(n) -
+f_c(n)``) give ``U = (u_1..u_C) | w`` the precision
+
+    A = I + sum_n L_n (x) phi_n phi_n^T,    L_n = sum_{c != y_n} w_nc (e_y - e_c)(e_y - e_c)^T,
+
+and natural mean ``b = sum_m kappa_m (e_y - e_c) (x) phi_n``: the Woodbury twin of the pair-space
+algebra (``Psi^T W Psi`` with :meth:`~zoo_ove.Pairs.factor`'s ``Psi``), assembled without the
+``M = N (C - 1)`` pairs. Block ``(a, b)`` of ``A - I`` is a Laplacian in the classes,
+``-H_ab`` off the diagonal and ``sum_b H_ab`` on it, with ``H = G + G^T`` and ``G_ab = sum_{n:
+y_n = a} w_nb phi_n phi_n^T``: one product of the pair weights with the packed outer products
+(:attr:`~zoo.gram.FeatureGram.outer`) per class, ``O(R C N D^2)``, instead of ``O(R M (C D)^2)``.
+Then ``log p(y | w) = -M log 2 + (b . A^-1 b - log|A|) / 2`` and the class functions at a query,
+``f(x) = (phi(x)^T u_c)_c``, have mean ``phi^T mu_c`` (``mu = A^-1 b``) and covariance
+``phi^T (A^-1)_ab phi``, whose ``C x C`` blocks for all queries are one product of the packed
+blocks of ``A^-1`` with the queries' outer products. The ``C D x C D`` factorisation per chain is
+the irreducible cost; chains go :data:`CHAIN_ELEMENTS` at a time where no gradient is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
+from zoo.jitter import JitterPolicy
+
+CHAIN_ELEMENTS = 2**25
+"""Entries of the ``[chains, C D, C D]`` matrices formed at once (256 MB in float64) when chains
+can go a few at a time (the predictive under ``no_grad``); 50-way with 64 features is 3 chains."""
+
+
+@dataclass(frozen=True)
+class ClassWeights:
+    """The prior side of the weight-space route: the shared support factor ``phi`` ``[n, D]``
+    (its packed outer products ``outer`` ``[n, D (D + 1) / 2]``), labels ``y`` ``[n]``, ``way``."""
+
+    phi: Tensor
+    outer: Tensor
+    y: Tensor
+    way: int
+
+    @property
+    def dim(self) -> int:
+        return self.way * self.phi.shape[-1]
+
+    def pair_weights(self, w: Tensor) -> Tensor:
+        """``G + G^T`` ``[R, C, C, D (D + 1) / 2]`` (module docstring) for pair weights laid out
+        ``[R, n, C]`` (zero at each point's own label)."""
+        G = torch.stack([w[:, idx].transpose(-1, -2) @ self.outer[idx]
+                         for idx in (torch.nonzero(self.y == a)[:, 0] for a in range(self.way))],
+                        dim=1)  # [R, C (label a), C (other b), P]
+        return G + G.transpose(1, 2)
+
+    def precision(self, w: Tensor) -> Tensor:
+        """``A`` ``[R, C D, C D]`` for pair weights ``[R, n, C]``."""
+        D, C = self.phi.shape[-1], self.way
+        H = unpack_symmetric(self.pair_weights(w), D)  # [R, C, C, D, D]
+        eye_c = torch.eye(C, dtype=H.dtype, device=H.device)[:, :, None, None]
+        blocks = eye_c * H.sum(2)[:, :, None] - H
+        A = blocks.permute(0, 1, 3, 2, 4).reshape(-1, C * D, C * D)
+        return A + torch.eye(C * D, dtype=A.dtype, device=A.device)
+
+    def natural_mean(self) -> Tensor:
+        """``b`` ``[C D]``: block ``a`` is ``(C sum_{y_n = a} phi_n - sum_n phi_n) / 2``."""
+        own = torch.nn.functional.one_hot(self.y, self.way).to(self.phi.dtype)  # [n, C]
+        return (0.5 * (self.way * own.T @ self.phi - self.phi.sum(0))).reshape(-1)
+
+
+class WeightPosterior:
+    """``U | w ~ N(A^-1 b, A^-1)`` for ``R`` chains' pair weights ``w`` ``[R, n, C]``."""
+
+    def __init__(self, prior: ClassWeights, w: Tensor, jitter: JitterPolicy,
+                 episode: str | None = None, pairs: int | None = None):
+        self.prior, self.w, self.jitter, self.episode = prior, w, jitter, episode
+        self.pairs = pairs if pairs is not None else prior.y.numel() * (prior.way - 1)
+
+    def _factor(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        """Cholesky factor of ``A`` and ``mu = A^-1 b`` for a slice of the chains."""
+        L = self.jitter.cholesky_pd(self.prior.precision(w), "A = I + sum_n L_n (x) phi phi^T",
+                                    self.episode)
+        b = self.prior.natural_mean()
+        mu = torch.cholesky_solve(b.expand(L.shape[0], -1)[..., None], L)[..., 0]
+        return L, mu
+
+    def _chunks(self) -> Iterator[Tensor]:
+        step = self.w.shape[0] if torch.is_grad_enabled() else max(
+            1, CHAIN_ELEMENTS // self.prior.dim**2)
+        return iter(self.w.split(step))
+
+    def log_marginal(self) -> Tensor:
+        """``log p(y | w)`` per chain ``[R]``: ``-M log 2 + (b . mu - log|A|) / 2``."""
+        b = self.prior.natural_mean()
+        out = []
+        for w in self._chunks():
+            L, mu = self._factor(w)
+            logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+            out.append(-math.log(2) * self.pairs + 0.5 * (mu @ b - logdet))
+        return torch.cat(out)
+
+    def predictive(self, phi_q: Tensor, kqq: Tensor) -> tuple[Tensor, Tensor]:
+        """Joint predictive of the class functions at queries with factor ``phi_q`` ``[Q, D]``
+        and prior variances ``kqq`` ``[C, Q]``: mean ``[R, Q, C]`` and covariance ``[R, Q, C,
+        C]``, ``diag(kqq - |phi_q|^2) + phi_q^T (A^-1)_ab phi_q`` (the first term is zero for an
+        exact feature map and the Nystrom remainder otherwise, as in the pair-space route)."""
+        C, D = self.prior.way, self.phi_dim
+        outer_q = packed_outer(phi_q)  # [Q, P]
+        means, covs = [], []
+        for w in self._chunks():
+            L, mu = self._factor(w)
+            means.append(phi_q @ mu.unflatten(-1, (C, D)).transpose(-1, -2))  # [r, Q, C]
+            S = torch.cholesky_inverse(L).unflatten(-1, (C, D)).unflatten(-3, (C, D))
+            S = S.permute(0, 1, 3, 2, 4)  # [r, C, C, D, D]: block (a, b)
+            packed = pack_symmetric(0.5 * (S + S.transpose(-1, -2)))  # [r, C, C, P]
+            covs.append((packed @ outer_q.T).permute(0, 3, 1, 2))  # [r, Q, C, C]
+        rest = kqq.T - phi_q.pow(2).sum(-1)[:, None]  # [Q, C]
+        return torch.cat(means), torch.cat(covs) + torch.diag_embed(rest)
+
+    @property
+    def phi_dim(self) -> int:
+        return self.prior.phi.shape[-1]
