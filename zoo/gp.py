@@ -63,10 +63,15 @@ class SitePosterior:
         SKS = self.s[..., :, None] * self.K * self.s[..., None, :]
         eye = torch.eye(self.n, dtype=DTYPE, device=self.K.device)
         self.L = jitter.cholesky_pd(eye + SKS, "B = I + S K S", episode)
-        Knu = (self.K @ nu[..., None])[..., 0]
-        corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
-        self.alpha = nu - self.s * corr
         self.nu = nu
+
+    @cached_property
+    def alpha(self) -> Tensor:
+        """``nu - S B^-1 S K nu``, so that ``m = K alpha`` (formed on first use: a posterior
+        built only for its factor, as :meth:`draw` uses it, never needs it)."""
+        Knu = (self.K @ self.nu[..., None])[..., 0]
+        corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
+        return self.nu - self.s * corr
 
     @cached_property
     def mean(self) -> Tensor:
@@ -179,9 +184,13 @@ class FeatureSitePosterior(SitePosterior):
         else:
             A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
         self.L = jitter.cholesky_pd(A, "A = I + Phi^T Lambda Phi", episode)
-        rhs = (self.phi.transpose(-1, -2) @ nu[..., None])
-        self.weights = torch.cholesky_solve(rhs, self.L)[..., 0]  # posterior mean of w
         self.nu = nu
+
+    @cached_property
+    def weights(self) -> Tensor:
+        """The posterior mean ``A^-1 Phi^T nu`` of the weights of ``f = Phi w``."""
+        rhs = (self.phi.transpose(-1, -2) @ self.nu[..., None])
+        return torch.cholesky_solve(rhs, self.L)[..., 0]
 
     @cached_property
     def mean(self) -> Tensor:

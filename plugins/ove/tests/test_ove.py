@@ -216,13 +216,16 @@ def test_pair_factor_reproduces_the_difference_covariances(shared):
                           atol=1e-12)
 
 
-@pytest.mark.parametrize("scale", [1.0, 1e-3])
-def test_pair_space_feature_route_equals_the_dense_route(scale):
+@pytest.mark.parametrize(("scale", "chunk"), [(1.0, None), (1e-3, None), (1.0, 1)])
+def test_pair_space_feature_route_equals_the_dense_route(monkeypatch, scale, chunk):
     """Class scores (joint predictive per query) and the ML objective with its gradient, in the
     class weights (a factor shared by the classes: ``ClassWeights``, assembled without pairs) and
     through Woodbury on ``Psi`` (one factor per class, here equal copies), against the dense
     ``M x M`` algebra and the closed-form gradient, to 1e-8 in float64 on a singular kernel
-    (rank 2 < 7 points, a duplicated point, a tiny scale)."""
+    (rank 2 < 7 points, a duplicated point, a tiny scale); ``chunk``: the weight route one
+    chain at a time, checkpointed."""
+    if chunk:
+        monkeypatch.setattr(zoo_ove.weights, "CHAIN_ELEMENTS", chunk)
     results = {}
     for route in ("dense", "pairs", "weights"):
         phi, y, C, n = _factors(scale, shared=True)

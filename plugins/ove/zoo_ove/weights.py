@@ -16,24 +16,27 @@ Then ``log p(y | w) = -M log 2 + (b . A^-1 b - log|A|) / 2`` and the class funct
 ``f(x) = (phi(x)^T u_c)_c``, have mean ``phi^T mu_c`` (``mu = A^-1 b``) and covariance
 ``phi^T (A^-1)_ab phi``, whose ``C x C`` blocks for all queries are one product of the packed
 blocks of ``A^-1`` with the queries' outer products. The ``C D x C D`` factorisation per chain is
-the irreducible cost; chains go :data:`CHAIN_ELEMENTS` at a time where no gradient is needed.
+the irreducible cost; chains go :data:`CHAIN_ELEMENTS` at a time (checkpointed where a gradient
+flows), so memory stays that of a few chains at any way.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
 from zoo.jitter import JitterPolicy
 
-CHAIN_ELEMENTS = 2**25
-"""Entries of the ``[chains, C D, C D]`` matrices formed at once (256 MB in float64) when chains
-can go a few at a time (the predictive under ``no_grad``); 50-way with 64 features is 3 chains."""
+CHAIN_ELEMENTS = 2**23
+"""Entries of the ``[chains, C D, C D]`` matrices formed at once (64 MB in float64): with 64
+features, 5 chains at a time at 20-way, 1 at 50-way."""
 
 
 @dataclass(frozen=True)
@@ -89,39 +92,46 @@ class WeightPosterior:
         mu = torch.cholesky_solve(b.expand(L.shape[0], -1)[..., None], L)[..., 0]
         return L, mu
 
-    def _chunks(self) -> Iterator[Tensor]:
-        step = self.w.shape[0] if torch.is_grad_enabled() else max(
-            1, CHAIN_ELEMENTS // self.prior.dim**2)
-        return iter(self.w.split(step))
+    def _by_chunks(self, fn: Callable[[Tensor], Any]) -> list[Any]:
+        """``fn`` on the chains :data:`CHAIN_ELEMENTS` at a time; where a gradient will flow,
+        each chunk is checkpointed (its forward pass is redone in the backward pass instead of
+        keeping every chunk's ``C D x C D`` intermediates: the memory of one chunk)."""
+        step = max(1, CHAIN_ELEMENTS // self.prior.dim**2)
+        chunks = self.w.split(step)
+        grad = torch.is_grad_enabled() and (self.prior.phi.requires_grad
+                                            or self.prior.outer.requires_grad)
+        if grad and len(chunks) > 1:
+            return [checkpoint(fn, w, use_reentrant=False) for w in chunks]
+        return [fn(w) for w in chunks]
 
     def log_marginal(self) -> Tensor:
         """``log p(y | w)`` per chain ``[R]``: ``-M log 2 + (b . mu - log|A|) / 2``."""
         b = self.prior.natural_mean()
-        out = []
-        for w in self._chunks():
+
+        def chunk(w: Tensor) -> Tensor:
             L, mu = self._factor(w)
             logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
-            out.append(-math.log(2) * self.pairs + 0.5 * (mu @ b - logdet))
-        return torch.cat(out)
+            return -math.log(2) * self.pairs + 0.5 * (mu @ b - logdet)
+
+        return torch.cat(self._by_chunks(chunk))
 
     def predictive(self, phi_q: Tensor, kqq: Tensor) -> tuple[Tensor, Tensor]:
         """Joint predictive of the class functions at queries with factor ``phi_q`` ``[Q, D]``
         and prior variances ``kqq`` ``[C, Q]``: mean ``[R, Q, C]`` and covariance ``[R, Q, C,
         C]``, ``diag(kqq - |phi_q|^2) + phi_q^T (A^-1)_ab phi_q`` (the first term is zero for an
         exact feature map and the Nystrom remainder otherwise, as in the pair-space route)."""
-        C, D = self.prior.way, self.phi_dim
+        C, D = self.prior.way, self.prior.phi.shape[-1]
         outer_q = packed_outer(phi_q)  # [Q, P]
-        means, covs = [], []
-        for w in self._chunks():
+
+        def chunk(w: Tensor) -> tuple[Tensor, Tensor]:
             L, mu = self._factor(w)
-            means.append(phi_q @ mu.unflatten(-1, (C, D)).transpose(-1, -2))  # [r, Q, C]
+            mean = phi_q @ mu.unflatten(-1, (C, D)).transpose(-1, -2)  # [r, Q, C]
             S = torch.cholesky_inverse(L).unflatten(-1, (C, D)).unflatten(-3, (C, D))
             S = S.permute(0, 1, 3, 2, 4)  # [r, C, C, D, D]: block (a, b)
             packed = pack_symmetric(0.5 * (S + S.transpose(-1, -2)))  # [r, C, C, P]
-            covs.append((packed @ outer_q.T).permute(0, 3, 1, 2))  # [r, Q, C, C]
+            return mean, (packed @ outer_q.T).permute(0, 3, 1, 2)  # [r, Q, C, C]
+
+        means, covs = zip(*self._by_chunks(chunk), strict=True)
         rest = kqq.T - phi_q.pow(2).sum(-1)[:, None]  # [Q, C]
         return torch.cat(means), torch.cat(covs) + torch.diag_embed(rest)
 
-    @property
-    def phi_dim(self) -> int:
-        return self.prior.phi.shape[-1]
