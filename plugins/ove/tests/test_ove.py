@@ -276,8 +276,8 @@ def test_weight_posterior_moments_equal_the_pair_space_posterior():
     cov = Psi @ torch.cholesky_inverse(L) @ Psi.T
     assert torch.allclose(mu @ Psi.T, dense_post.mean, atol=1e-8)
     assert torch.allclose(cov, dense_post.cov, atol=1e-8)
-    assert torch.allclose(post.log_marginal(), augmented_log_marginal(dense_post, 1.0, kappa),
-                          atol=1e-8)
+    assert torch.allclose(post.mean_log_marginal(),
+                          augmented_log_marginal(dense_post, 1.0, kappa).mean(), atol=1e-8)
 
 
 def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():

@@ -332,7 +332,7 @@ class OVE(GPMethod):
         kappa = torch.full_like(w, 0.5)
         K_psi = self.pair_gram(K, pairs)
         if isinstance(K_psi, ClassWeights):
-            return self.posterior(K_psi, w, kappa, episode).log_marginal().mean()
+            return self.posterior(K_psi, w, kappa, episode).mean_log_marginal()
         if isinstance(K_psi, FeatureGram):
             post = self.posterior(K_psi, w, kappa, episode)
             return augmented_log_marginal(post, 1.0, kappa).mean()
