@@ -293,15 +293,16 @@ class OVE(GPMethod):
 
     def pair_gram(self, K: Gram, pairs: Pairs, weights: bool = True) -> Gram | ClassWeights:
         """The prior of the pairwise differences: with per-class factors, in the ``C D`` class
-        weights when the route is forced (``algebra`` features or nystrom) or cheaper than the
-        dense ``M x M`` one (:func:`~zoo.gram.choose_route` with ``M`` points and ``C D``
-        features): :class:`~zoo_ove.weights.ClassWeights` for a factor shared by the classes,
+        weights when the route is forced (``algebra`` features or nystrom), when there are more
+        pairs than weights (the dense predictive whitens ``M x Q C`` per chain: 15 GB at 50-way
+        1-shot) or when :func:`~zoo.gram.choose_route` (``M`` points, ``C D`` features) finds it
+        cheaper: :class:`~zoo_ove.weights.ClassWeights` for a factor shared by the classes,
         the factor ``Psi`` of ``K_psi`` (:meth:`Pairs.factor`) for one factor per class or
         without ``weights`` (the joint sampler draws ``psi`` itself); else the dense ``K_psi``
         ``[M, M]``."""
         if isinstance(K, FeatureGram):
             C, M = K.shape[0], len(pairs.point)
-            if (self.hparams["algebra"] != "auto"
+            if (self.hparams["algebra"] != "auto" or C * K.rank < M
                     or choose_route("auto", M, C * K.rank) == "features"):
                 if weights and K.outer is not None:
                     left = K.left
