@@ -63,10 +63,15 @@ class SitePosterior:
         SKS = self.s[..., :, None] * self.K * self.s[..., None, :]
         eye = torch.eye(self.n, dtype=DTYPE, device=self.K.device)
         self.L = jitter.cholesky_pd(eye + SKS, "B = I + S K S", episode)
-        Knu = (self.K @ nu[..., None])[..., 0]
-        corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
-        self.alpha = nu - self.s * corr
         self.nu = nu
+
+    @cached_property
+    def alpha(self) -> Tensor:
+        """``nu - S B^-1 S K nu``, so that ``m = K alpha`` (formed on first use: a posterior
+        built only for its factor, as :meth:`draw` uses it, never needs it)."""
+        Knu = (self.K @ self.nu[..., None])[..., 0]
+        corr = torch.cholesky_solve((self.s * Knu)[..., None], self.L)[..., 0]
+        return self.nu - self.s * corr
 
     @cached_property
     def mean(self) -> Tensor:
@@ -96,6 +101,23 @@ class SitePosterior:
         u = self.s * prior.to(DTYPE) + noise.to(DTYPE)
         v = torch.cholesky_solve(u[..., None], self.L)
         return self.mean + prior - (self.K @ (self.s[..., None] * v))[..., 0]
+
+    def draw(self, member: int, nu: Tensor, prior: Tensor, noise: Tensor) -> Tensor:
+        """A draw from the Gaussian with member ``member`` of the last batch axis's prior and sites
+        precisions but natural means ``nu`` in place of its own, by Matheron's rule as in
+        :meth:`sample`: with ``g = K nu + f0``, ``f = g - K S B^-1 (S g + e)`` (``m + f0 - K S B^-1
+        (S f0 + e)`` with ``m = K nu - K S B^-1 S K nu``). One factorisation of many members'
+        precisions serves natural means that are known only one member at a time (a Gibbs sweep
+        over classes). ``nu``, ``prior``, ``noise``: ``[..., n]``, the batch without that axis."""
+        K, L, s = self._member(self.K, member), self.L[..., member, :, :], self.s[..., member, :]
+        g = (K @ nu.to(DTYPE)[..., None])[..., 0] + prior.to(DTYPE)
+        v = torch.cholesky_solve((s * g + noise.to(DTYPE))[..., None], L)
+        return g - (K @ (s[..., None] * v))[..., 0]
+
+    @staticmethod
+    def _member(K: Tensor, member: int) -> Tensor:
+        """Member ``member`` of the last batch axis of a prior (one shared by all: itself)."""
+        return K[..., 0 if K.shape[-3] == 1 else member, :, :] if K.ndim > 2 else K
 
     @property
     def cov(self) -> Tensor:
@@ -162,9 +184,13 @@ class FeatureSitePosterior(SitePosterior):
         else:
             A = eye + self.phi.transpose(-1, -2) @ (lam[..., :, None] * self.phi)
         self.L = jitter.cholesky_pd(A, "A = I + Phi^T Lambda Phi", episode)
-        rhs = (self.phi.transpose(-1, -2) @ nu[..., None])
-        self.weights = torch.cholesky_solve(rhs, self.L)[..., 0]  # posterior mean of w
         self.nu = nu
+
+    @cached_property
+    def weights(self) -> Tensor:
+        """The posterior mean ``A^-1 Phi^T nu`` of the weights of ``f = Phi w``."""
+        rhs = (self.phi.transpose(-1, -2) @ self.nu[..., None])
+        return torch.cholesky_solve(rhs, self.L)[..., 0]
 
     @cached_property
     def mean(self) -> Tensor:
@@ -200,6 +226,14 @@ class FeatureSitePosterior(SitePosterior):
         u = self.s * (self.s * prior.to(DTYPE) + noise.to(DTYPE))
         v = torch.cholesky_solve(self.phi.transpose(-1, -2) @ u[..., None], self.L)
         return self.mean + prior - (self.phi @ v)[..., 0]
+
+    def draw(self, member: int, nu: Tensor, prior: Tensor, noise: Tensor) -> Tensor:
+        """:meth:`SitePosterior.draw` with ``K S B^-1 u = Phi A^-1 Phi^T S u``."""
+        phi, L, s = self._member(self.phi, member), self.L[..., member, :, :], self.s[..., member, :]
+        g = (phi @ (phi.transpose(-1, -2) @ nu.to(DTYPE)[..., None]))[..., 0] + prior.to(DTYPE)
+        u = s * (s * g + noise.to(DTYPE))
+        v = torch.cholesky_solve(phi.transpose(-1, -2) @ u[..., None], L)
+        return g - (phi @ v)[..., 0]
 
     @property
     def cov(self) -> Tensor:

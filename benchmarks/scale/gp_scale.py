@@ -15,16 +15,16 @@ glibc's default malloc, so freed buffers go back to the kernel) and ``max_memory
 GPU. GP methods use the cosine kernel unless ``--kernel`` names another (``default``: each
 method's own); ``--algebra`` overrides the route (default ``auto``, :mod:`zoo.gram`).
 
-A cell is skipped, and says why, when a method's algebra cannot fit: OVE conditions on its
-Polya-Gamma draws in the pair space of ``M = N (C - 1)`` one-vs-each differences (``chains``
-matrices of ``M x M``), beyond ``--max-pairs`` pairs.
+``--max-pairs`` skips OVE cells whose training pair space (``M = N (C - 1)`` one-vs-each
+differences) is larger (default: none skipped; with the cosine kernel OVE conditions on its
+Polya-Gamma draws in the ``C D`` class weights, :mod:`zoo_ove.weights`, at any way).
 
 Then the Nystrom study: md-bfsc with the RBF kernel at 50-way 20-shot, exact (dense route) against
 ``--inducing`` points, seconds and the largest error of the predictive probabilities.
 
     python benchmarks/scale/gp_scale.py [--repeat 3] [--ways 5,20,50] [--shots 1,5,20]
         [--device cuda] [--kernel cosine] [--methods ...] [--skip-nystrom] [--json out.json]
-        [--stat min|median] [--clock wall|cpu]
+        [--stat min|median] [--clock wall|cpu] [--phases test,train]
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def timed(fn: Callable[[], object], device: torch.device, clock: str = "wall") -
     return now() - t
 
 
-def skip_reason(name: str, way: int, shot: int, query: int, max_pairs: int) -> str | None:
-    if name == "ove":
+def skip_reason(name: str, way: int, shot: int, query: int, max_pairs: int | None) -> str | None:
+    if name == "ove" and max_pairs is not None:
         pairs = way * (shot + query) * (way - 1)  # the training objective's pair space
         if pairs > max_pairs:
             return f"pair space M={pairs} > {max_pairs}"
@@ -130,8 +130,8 @@ def cell(way: int, shot: int, args, device: torch.device) -> dict:
             o.step()
 
         runs[name] = {"test": test, "train": train}
-        out[name] = {"test_s": [], "train_s": []}
-    for phase in ("test", "train"):
+        out[name] = {f"{phase}_s": [] for phase in args.phases}
+    for phase in args.phases:
         for name, fns in runs.items():  # warm-up and peak memory
             with Peak(device) as peak:
                 fns[phase]()
@@ -140,7 +140,7 @@ def cell(way: int, shot: int, args, device: torch.device) -> dict:
             for name, fns in runs.items():
                 out[name][f"{phase}_s"].append(timed(fns[phase], device, args.clock))
     for name in runs:
-        for phase in ("test", "train"):
+        for phase in args.phases:
             times = out[name].pop(f"{phase}_s")
             out[name][f"{phase}_median_s"] = statistics.median(times)
             out[name][f"{phase}_min_s"] = min(times)
@@ -183,9 +183,10 @@ def main() -> None:
     p.add_argument("--shots", default="1,5,20")
     p.add_argument("--query", type=int, default=15)
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--phases", default="test,train", help="test episode, training step, or both")
     p.add_argument("--kernel", default="cosine", help="GP kernel, or 'default' (each method's)")
     p.add_argument("--algebra", default="auto", help="GP algebra route (zoo.gram)")
-    p.add_argument("--max-pairs", type=int, default=4000, help="largest OVE pair space")
+    p.add_argument("--max-pairs", type=int, default=None, help="largest OVE pair space to run")
     p.add_argument("--inducing", default="64,256", help="Nystrom inducing points to compare")
     p.add_argument("--skip-nystrom", action="store_true")
     p.add_argument("--device", default="cpu")
@@ -193,6 +194,7 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     args.methods = args.methods.split(",")
+    args.phases = args.phases.split(",")
     args.inducing = [int(m) for m in args.inducing.split(",")]
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -212,11 +214,15 @@ def main() -> None:
                 if "skipped" in r:
                     print(f"{way:>4} {shot:>4} {name:>17}  skipped: {r['skipped']}")
                     continue
-                rt = r["test_s"] / proto["test_s"] if proto else float("nan")
-                rr = r["train_s"] / proto["train_s"] if proto else float("nan")
-                print(f"{way:>4} {shot:>4} {name:>17} {r['test_s']:8.3f} {rt:7.2f} "
-                      f"{r['test_peak_mb']:7.0f} {r['train_s']:8.3f} {rr:7.2f} "
-                      f"{r['train_peak_mb']:7.0f}", flush=True)
+                cols = []
+                for phase in ("test", "train"):
+                    if phase not in args.phases:
+                        cols.append(f"{'-':>8} {'-':>7} {'-':>7}")
+                        continue
+                    ratio = r[f"{phase}_s"] / proto[f"{phase}_s"] if proto else float("nan")
+                    cols.append(f"{r[f'{phase}_s']:8.3f} {ratio:7.2f} "
+                                f"{r[f'{phase}_peak_mb']:7.0f}")
+                print(f"{way:>4} {shot:>4} {name:>17} {' '.join(cols)}", flush=True)
     nystrom = []
     if not args.skip_nystrom:
         print("md-bfsc, RBF kernel, 50-way 20-shot test episode: exact (dense) vs Nystrom")

@@ -11,7 +11,7 @@ from torch import Tensor
 from zoo_md_bfsc.inference import gradient_descent, mirror_descent
 from zoo_md_bfsc.method import MDBFSC
 
-from zoo import Episode
+from zoo import Episode, build_method
 from zoo.backbones import Backbone
 from zoo.errors import NumericalError
 from zoo.expectations import standard_normal_draws
@@ -404,3 +404,36 @@ def test_meta_gradient_equals_finite_differences(loss):
             down = float(meta_loss())
             p += h
         assert float(grad) == pytest.approx((up - down) / (2 * h), rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.parametrize("kernel,way,shot,seed", [("cosine", 5, 1, 0), ("cosine", 5, 20, 1),
+                                                  ("cosine", 12, 5, 2), ("rbf", 5, 5, 3)])
+def test_early_stop_keeps_the_full_loops_answer(kernel, way, shot, seed):
+    """The test-time loop stopped at its fixed point (``tol_test``) predicts what all
+    ``steps_test`` steps predict, to 1e-5 in every probability, in fewer steps; its ELBO trace
+    keeps the full length."""
+    method = build_method("md-bfsc", way=way, in_channels=1, image_size=28, backbone="conv4s",
+                          seed=seed, kernel=kernel).eval()
+    h = method.hparams
+    ep = toy_episode(way, shot, query=6, seed=seed)
+    with torch.no_grad():
+        full, ran_all = method.query_probs(ep, steps=h["steps_test"], rho=h["rho_test"],
+                                           samples=h["samples_test"])
+        stopped, ran = method.query_probs(ep, steps=h["steps_test"], rho=h["rho_test"],
+                                          samples=h["samples_test"], trace=True,
+                                          tol=h["tol_test"])
+    assert ran_all.steps_run == h["steps_test"]
+    assert ran.steps_run < h["steps_test"] / 2
+    assert (stopped - full).abs().max() < 1e-5
+    assert len(ran.elbo) == h["steps_test"] + 1
+    assert ran.elbo[ran.steps_run:] == [ran.elbo[ran.steps_run]] * (h["steps_test"] + 1
+                                                                     - ran.steps_run)
+
+
+def test_a_zero_tolerance_runs_every_step_and_gd_does_not_stop_by_default():
+    K = random_spd(3, 6)
+    like = SoftmaxLikelihood(torch.eye(3, dtype=DTYPE)[torch.arange(6) % 3],
+                             standard_normal_draws(64, 3, seed=0))
+    assert mirror_descent(K, like, 20, 0.5).steps_run == 20
+    assert mirror_descent(K, like, 20, 0.5, tol=1e-4).steps_run < 20
+    assert registry().get("methods", "gd-bfsc").all_defaults()["tol_test"] == 0

@@ -6,6 +6,7 @@ import torch
 import zoo_ove
 from scipy.stats import multivariate_normal
 from zoo_ove import OVE, Pairs
+from zoo_ove.weights import ClassWeights
 
 from zoo import Episode
 from zoo.gp import SitePosterior, prior_draws
@@ -215,32 +216,70 @@ def test_pair_factor_reproduces_the_difference_covariances(shared):
                           atol=1e-12)
 
 
-@pytest.mark.parametrize("scale", [1.0, 1e-3])
-def test_pair_space_feature_route_equals_the_dense_route(scale):
-    """Class scores (joint predictive per query) and the ML objective with its gradient, through
-    Woodbury on ``Psi`` against the dense ``M x M`` algebra and the closed-form gradient, to 1e-8
-    in float64 on a singular kernel (rank 2 < 7 points, a duplicated point, a tiny scale)."""
+@pytest.mark.parametrize(("scale", "chunk"), [(1.0, None), (1e-3, None), (1.0, 1)])
+def test_pair_space_feature_route_equals_the_dense_route(monkeypatch, scale, chunk):
+    """Class scores (joint predictive per query) and the ML objective with its gradient, in the
+    class weights (a factor shared by the classes: ``ClassWeights``, assembled without pairs) and
+    through Woodbury on ``Psi`` (one factor per class, here equal copies), against the dense
+    ``M x M`` algebra and the closed-form gradient, to 1e-8 in float64 on a singular kernel
+    (rank 2 < 7 points, a duplicated point, a tiny scale); ``chunk``: the weight route one
+    chain at a time, checkpointed."""
+    if chunk:
+        monkeypatch.setattr(zoo_ove.weights, "CHAIN_ELEMENTS", chunk)
     results = {}
-    for route in ("dense", "features"):
+    for route in ("dense", "pairs", "weights"):
         phi, y, C, n = _factors(scale, shared=True)
         pairs = Pairs(y, C)
         g = torch.Generator().manual_seed(6)
         w = torch.rand(3, len(pairs.point), generator=g, dtype=torch.float64) + 0.05
-        method = OVE(IdentityBackbone(2), way=C, kernel=RBFKernel(2), algebra=route)
-        gram = FeatureGram.of(phi[:n]).expand(C)
-        Kss = gram if route == "features" else dense(gram)
-        Ksq = FeatureGram(phi[:n], phi[n:]).expand(C)
-        Ksq = Ksq if route == "features" else dense(Ksq)
+        method = OVE(IdentityBackbone(2), way=C, kernel=RBFKernel(2),
+                     algebra="dense" if route == "dense" else "features")
+        left, right = phi[:n], phi[n:]
+        if route == "pairs":  # one (equal) factor per class: no shared outer products
+            left, right = (t.expand(C, *t.shape).clone() for t in (left, right))
+        gram = FeatureGram.of(left).expand(C)
+        Kss = dense(gram) if route == "dense" else gram
+        Ksq = FeatureGram(left, right).expand(C)
+        Ksq = dense(Ksq) if route == "dense" else Ksq
         kqq = phi[n:].pow(2).sum(-1).expand(C, -1)
         K_psi = method.pair_gram(Kss, pairs)
-        assert isinstance(K_psi, FeatureGram) == (route == "features")
+        kind = {"dense": torch.Tensor, "pairs": FeatureGram, "weights": ClassWeights}[route]
+        assert isinstance(K_psi, kind)
         post = method.posterior(K_psi, w, torch.full_like(w, 0.5), line_episode())
         scores = method.class_log_scores(post, pairs, Ksq, kqq)
         ml = method.mean_log_marginal(Kss, pairs, w, line_episode())
         (grad,) = torch.autograd.grad(scores.sum() + ml, phi)
         results[route] = scores.detach(), ml.detach(), grad
-    for a, b in zip(results["features"], results["dense"], strict=True):
-        assert torch.allclose(a, b, atol=1e-8 * b.abs().max().clamp_min(1))
+    for route in ("pairs", "weights"):
+        for a, b in zip(results[route], results["dense"], strict=True):
+            assert torch.allclose(a, b, atol=1e-8 * b.abs().max().clamp_min(1))
+
+
+def test_weight_posterior_moments_equal_the_pair_space_posterior():
+    """The weight-space posterior pushed to the pairs, ``Psi mu`` and ``Psi A^-1 Psi^T``,
+    equals the dense pair-space ``SitePosterior``'s mean and covariance to 1e-8 (float64,
+    5 classes, points in random label order, 2 chains), and ``log p(y | w)`` its augmented
+    marginal."""
+    g = torch.Generator().manual_seed(11)
+    C, n, D = 5, 13, 3
+    phi = torch.randn(n, D, generator=g, dtype=torch.float64)
+    y = torch.randperm(n, generator=g) % C
+    pairs = Pairs(y, C)
+    w = torch.rand(2, len(pairs.point), generator=g, dtype=torch.float64) + 0.01
+    kappa = torch.full_like(w, 0.5)
+    dense_post = SitePosterior(pairs.prior_cov((phi @ phi.T).expand(C, n, n)), w, kappa)
+    method = OVE(IdentityBackbone(D), way=C, kernel=RBFKernel(D), algebra="features")
+    prior = method.pair_gram(FeatureGram.of(phi).expand(C), pairs)
+    post = method.posterior(prior, w, kappa, line_episode())
+    L, mu = post._factor(post.w)
+    Psi = pairs.factor(phi, C)
+    cov = Psi @ torch.cholesky_inverse(L) @ Psi.T
+    assert torch.allclose(mu @ Psi.T, dense_post.mean, atol=1e-8)
+    assert torch.allclose(cov, dense_post.cov, atol=1e-8)
+    assert torch.allclose(post.mean_log_marginal(),
+                          augmented_log_marginal(dense_post, 1.0, kappa).mean(), atol=1e-8)
+
+
 def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():
     """Class scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` by the method's Gauss-Hermite
     rule on each pairwise difference, against Monte Carlo on the joint Gaussian predictive of
@@ -279,3 +318,29 @@ def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():
     logsig[..., np.arange(C), np.arange(C)] = 0
     mc = logsig.sum(-1).mean(0)
     assert np.allclose(ours.numpy(), mc, atol=5e-3), (ours, mc)
+
+
+@pytest.mark.parametrize("route", ["dense", "features"])
+def test_sweep_draws_from_each_class_conditional(route):
+    """The sweep factorises every class's conditional precision at once and draws with the
+    current natural means (``SitePosterior.draw``): the same draw as the class conditional's
+    own Matheron sample from the same prior draw and noise, to 1e-8 in float64, with a
+    singular kernel (rank 3 < 9 points) on either route."""
+    g = torch.Generator().manual_seed(2)
+    C, n, D, R = 4, 9, 3, 2
+    phi = torch.randn(n, D, generator=g, dtype=torch.float64)
+    y = torch.randperm(n, generator=g) % C
+    pairs = Pairs(y, C)
+    gram = FeatureGram.of(phi).expand(C)
+    K = gram if route == "features" else dense(gram)
+    w = pairs.dense(torch.rand(R, len(pairs.point), generator=g, dtype=torch.float64), C, n)
+    f = torch.randn(R, C, n, generator=g, dtype=torch.float64)
+    prior = prior_draws(dense(gram), R, g)
+    noise = torch.randn(R, C, n, generator=g, dtype=torch.float64)
+    method = OVE(IdentityBackbone(D), way=C, kernel=RBFKernel(D))
+    swept = method._sweep(K, f, w, y, prior, noise, line_episode())
+    expected = f.clone()
+    for c in range(C):
+        post = method.class_conditional(dense(gram), expected, w, y, c, line_episode())
+        expected[:, c] = post.sample(prior[:, c], noise[:, c])
+    assert torch.allclose(swept, expected, atol=1e-8)

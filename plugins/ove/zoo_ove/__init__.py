@@ -57,6 +57,7 @@ from zoo.gram import FeatureGram, Gram, choose_route, dense
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
+from zoo_ove.weights import ClassWeights, WeightPosterior
 
 
 class Pairs:
@@ -182,7 +183,7 @@ class OVE(GPMethod):
         f = priors[0].clone()
         psi = pairs.apply(f)
         kappa = torch.full_like(psi, 0.5)
-        K_psi = None if blocked else self.pair_gram(K, pairs)
+        K_psi = None if blocked else self.pair_gram(K, pairs, weights=False)
         trace = []
         w = kappa
         for step in range(1, steps + 1):
@@ -203,22 +204,40 @@ class OVE(GPMethod):
                           episode: Episode) -> SitePosterior:
         """``p(f_c | f_{-c}, w, y)`` as Gaussian sites on the ``n`` points, every chain at once;
         ``f``: ``[R, C, n]``, ``w``: ``[R, n, C]`` (zero at each point's own label)."""
+        lam = self.conditional_precisions(w, y)[..., c, :]
+        return SitePosterior(K[c], lam, self.conditional_means(f, w, y, c), self.jitter, episode.id)
+
+    @staticmethod
+    def conditional_precisions(w: Tensor, y: Tensor) -> Tensor:
+        """The site precisions ``[R, C, n]`` of every class's conditional: ``sum_{c'} w_{n c'}`` at
+        the class's own points, ``w_{n c}`` elsewhere (``w``: ``[R, n, C]``). They depend on ``w``
+        alone, not on the other classes' functions, so a sweep factorises them all at once."""
+        own = F.one_hot(y, w.shape[-1]).T.to(w.dtype)  # [C, n]
+        return w.transpose(-1, -2) + own * w.sum(-1)[..., None, :]
+
+    @staticmethod
+    def conditional_means(f: Tensor, w: Tensor, y: Tensor, c: int) -> Tensor:
+        """Class ``c``'s conditional natural means ``[R, n]`` given the current ``f`` ``[R, C, n]``:
+        ``(C - 1)/2 + sum_{c'} w_{n c'} f_{c'}(n)`` at its own points, ``-1/2 + w_{n c}
+        f_{y_n}(n)`` elsewhere."""
         C, n = f.shape[-2:]
-        own = y == c
         pull = (w * f.transpose(-1, -2)).sum(-1)  # sum_{c'} w_{n c'} f_{c'}(n)
         f_label = f[..., y, torch.arange(n, device=f.device)]
-        lam = torch.where(own, w.sum(-1), w[..., c])
-        nu = torch.where(own, 0.5 * (C - 1) + pull, -0.5 + w[..., c] * f_label)
-        return SitePosterior(K[c], lam, nu, self.jitter, episode.id)
+        return torch.where(y == c, 0.5 * (C - 1) + pull, -0.5 + w[..., c] * f_label)
 
     def _sweep(self, K: Tensor, f: Tensor, w: Tensor, y: Tensor, prior: Tensor, noise: Tensor,
                episode: Episode) -> Tensor:
         """One systematic scan ``f_c ~ p(f_c | f_{-c}, w, y)``, ``c = 0..C-1``, each drawn by
-        Matheron's rule from ``prior`` (draws of ``N(0, K_c)``) and ``noise``, all ``[R, C, n]``."""
+        Matheron's rule from ``prior`` (draws of ``N(0, K_c)``) and ``noise``, all ``[R, C, n]``.
+        The ``R C`` conditional precisions are factorised in one batch before the scan (they do
+        not depend on ``f``); the scan itself only solves with them
+        (:meth:`~zoo.gp.SitePosterior.draw`)."""
+        lam = self.conditional_precisions(w, y)
+        posts = SitePosterior(K, lam, torch.zeros_like(lam), self.jitter, episode.id)
         f = f.clone()
         for c in range(f.shape[-2]):
-            post = self.class_conditional(K, f, w, y, c, episode)
-            f[..., c, :] = post.sample(prior[..., c, :], noise[..., c, :])
+            nu = self.conditional_means(f, w, y, c)
+            f[..., c, :] = posts.draw(c, nu, prior[..., c, :], noise[..., c, :])
         return f
 
     # -- objectives and prediction ---------------------------------------------------------------
@@ -228,14 +247,18 @@ class OVE(GPMethod):
         Gaussian predictive, by the ``estimator`` (Gauss-Hermite, ``quadrature`` nodes, by default)
         on each pairwise difference, a one-dimensional Gaussian."""
         C, _, Q = Ksq.shape
-        if isinstance(post, FeatureSitePosterior):  # the pair space's factor Psi, [M, C D]
-            flat: Gram = FeatureGram(post.phi, pairs.query_factor(Ksq.right, C))
+        if isinstance(post, WeightPosterior):
+            right = Ksq.right
+            mean, cov = post.predictive(right[0] if right.ndim > 2 else right, kqq)
         else:
-            cross = pairs.cross_cov(dense(Ksq))  # [C, M, Q]
-            flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
-        mean, _ = post.predict(flat, kqq.T.reshape(-1))
-        cov = torch.diag_embed(kqq.T) - post.explained_blocks(flat, C)  # [R, Q, C, C]
-        mean = mean.unflatten(-1, (Q, C))
+            if isinstance(post, FeatureSitePosterior):  # the pair space's factor Psi, [M, C D]
+                flat: Gram = FeatureGram(post.phi, pairs.query_factor(Ksq.right, C))
+            else:
+                cross = pairs.cross_cov(dense(Ksq))  # [C, M, Q]
+                flat = cross.permute(1, 2, 0).reshape(cross.shape[1], Q * C)  # column q*C + c
+            mean, _ = post.predict(flat, kqq.T.reshape(-1))
+            cov = torch.diag_embed(kqq.T) - post.explained_blocks(flat, C)  # [R, Q, C, C]
+            mean = mean.unflatten(-1, (Q, C))
         diff_mean = mean[..., :, None] - mean[..., None, :]
         var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
         diff_var = (var_c[..., :, None] + var_c[..., None, :] - 2 * cov).clamp_min(0)
@@ -268,17 +291,35 @@ class OVE(GPMethod):
         w, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
         return -self.mean_log_marginal(K, Pairs(y, episode.way), w, episode) / y.numel()
 
-    def pair_gram(self, K: Gram, pairs: Pairs) -> Gram:
-        """The prior covariance ``K_psi`` of the pairwise differences: from per-class factors, the
-        factor ``Psi`` (:meth:`Pairs.factor`, Woodbury in ``C D``) when the route is forced
-        (``algebra`` features or nystrom) or cheaper than the dense ``M x M`` one
-        (:func:`~zoo.gram.choose_route` with ``M`` points and ``C D`` features), else dense."""
+    def pair_gram(self, K: Gram, pairs: Pairs, weights: bool = True) -> Gram | ClassWeights:
+        """The prior of the pairwise differences: with per-class factors, in the ``C D`` class
+        weights when the route is forced (``algebra`` features or nystrom), when there are more
+        pairs than weights (the dense predictive whitens ``M x Q C`` per chain: 15 GB at 50-way
+        1-shot) or when :func:`~zoo.gram.choose_route` (``M`` points, ``C D`` features) finds it
+        cheaper: :class:`~zoo_ove.weights.ClassWeights` for a factor shared by the classes,
+        the factor ``Psi`` of ``K_psi`` (:meth:`Pairs.factor`) for one factor per class or
+        without ``weights`` (the joint sampler draws ``psi`` itself); else the dense ``K_psi``
+        ``[M, M]``."""
         if isinstance(K, FeatureGram):
             C, M = K.shape[0], len(pairs.point)
-            if (self.hparams["algebra"] != "auto"
+            if (self.hparams["algebra"] != "auto" or C * K.rank < M
                     or choose_route("auto", M, C * K.rank) == "features"):
+                if weights and K.outer is not None:
+                    left = K.left
+                    return ClassWeights(left[(0,) * (left.ndim - 2)].to(DTYPE), K.outer,
+                                        pairs.labels(K.shape[-1]), C)
                 return FeatureGram.of(pairs.factor(K.left, C))
         return pairs.prior_cov(dense(K))
+
+    def posterior(self, K: Gram | ClassWeights, lam: Tensor, nu: Tensor, episode: Episode
+                  ) -> SitePosterior | WeightPosterior:
+        """The posterior given pair weights ``lam`` ``[R, M]`` (sites ``nu`` = 1/2), in the
+        class weights for a :class:`~zoo_ove.weights.ClassWeights` prior."""
+        if isinstance(K, ClassWeights):
+            pairs = Pairs(K.y, K.way)
+            return WeightPosterior(K, pairs.dense(lam, K.way, K.y.numel()), self.jitter,
+                                   episode.id, pairs=len(pairs.point))
+        return super().posterior(K, lam, nu, episode)
 
     def mean_log_marginal(self, K: Gram, pairs: Pairs, w: Tensor, episode: Episode) -> Tensor:
         """``log p(y | w)`` averaged over the chains' ``w`` ``[R, M]``, differentiable in ``K``
@@ -291,6 +332,8 @@ class OVE(GPMethod):
         Woodbury algebra instead."""
         kappa = torch.full_like(w, 0.5)
         K_psi = self.pair_gram(K, pairs)
+        if isinstance(K_psi, ClassWeights):
+            return self.posterior(K_psi, w, kappa, episode).mean_log_marginal()
         if isinstance(K_psi, FeatureGram):
             post = self.posterior(K_psi, w, kappa, episode)
             return augmented_log_marginal(post, 1.0, kappa).mean()

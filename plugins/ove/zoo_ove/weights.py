@@ -1,0 +1,161 @@
+"""OVE's Gaussian posterior given the Polya-Gamma variables, in the class weights (``C D``).
+
+With a kernel's feature map shared by the classes, ``f_c = Phi u_c`` with ``u_c ~ N(0, I_D)``, and
+the one-vs-each sites (precision ``w_m``, natural mean ``kappa_m = 1/2`` on ``psi_m = f_y(n) -
+f_c(n)``) give ``U = (u_1..u_C) | w`` the precision
+
+    A = I + sum_n L_n (x) phi_n phi_n^T,    L_n = sum_{c != y_n} w_nc (e_y - e_c)(e_y - e_c)^T,
+
+and natural mean ``b = sum_m kappa_m (e_y - e_c) (x) phi_n``: the Woodbury twin of the pair-space
+algebra (``Psi^T W Psi`` with :meth:`~zoo_ove.Pairs.factor`'s ``Psi``), assembled without the
+``M = N (C - 1)`` pairs. Block ``(a, b)`` of ``A - I`` is a Laplacian in the classes,
+``-H_ab`` off the diagonal and ``sum_b H_ab`` on it, with ``H = G + G^T`` and ``G_ab = sum_{n:
+y_n = a} w_nb phi_n phi_n^T``: one product of the pair weights with the packed outer products
+(:attr:`~zoo.gram.FeatureGram.outer`) per class, ``O(R C N D^2)``, instead of ``O(R M (C D)^2)``.
+Then ``log p(y | w) = -M log 2 + (b . A^-1 b - log|A|) / 2`` and the class functions at a query,
+``f(x) = (phi(x)^T u_c)_c``, have mean ``phi^T mu_c`` (``mu = A^-1 b``) and covariance
+``phi^T (A^-1)_ab phi``, whose ``C x C`` blocks for all queries are one product of the packed
+blocks of ``A^-1`` with the queries' outer products. The ``C D x C D`` factorisation per chain is
+the irreducible cost; chains go :data:`CHAIN_ELEMENTS` at a time (checkpointed where a gradient
+flows), so memory stays that of a few chains at any way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
+from zoo.jitter import JitterPolicy
+
+CHAIN_ELEMENTS = 2**23
+"""Entries of the ``[chains, C D, C D]`` matrices formed at once (64 MB in float64): with 64
+features, 5 chains at a time at 20-way, 1 at 50-way."""
+
+
+@dataclass(frozen=True)
+class ClassWeights:
+    """The prior side of the weight-space route: the shared support factor ``phi`` ``[n, D]``
+    (its packed outer products ``outer`` ``[n, D (D + 1) / 2]``), labels ``y`` ``[n]``, ``way``."""
+
+    phi: Tensor
+    outer: Tensor
+    y: Tensor
+    way: int
+
+    @property
+    def dim(self) -> int:
+        return self.way * self.phi.shape[-1]
+
+    def pair_weights(self, w: Tensor) -> Tensor:
+        """``G + G^T`` ``[R, C, C, D (D + 1) / 2]`` (module docstring) for pair weights laid out
+        ``[R, n, C]`` (zero at each point's own label)."""
+        G = torch.stack([w[:, idx].transpose(-1, -2) @ self.outer[idx]
+                         for idx in (torch.nonzero(self.y == a)[:, 0] for a in range(self.way))],
+                        dim=1)  # [R, C (label a), C (other b), P]
+        return G + G.transpose(1, 2)
+
+    def precision(self, w: Tensor) -> Tensor:
+        """``A`` ``[R, C D, C D]`` for pair weights ``[R, n, C]``."""
+        D, C = self.phi.shape[-1], self.way
+        H = unpack_symmetric(self.pair_weights(w), D)  # [R, C, C, D, D]
+        eye_c = torch.eye(C, dtype=H.dtype, device=H.device)[:, :, None, None]
+        blocks = eye_c * H.sum(2)[:, :, None] - H
+        A = blocks.permute(0, 1, 3, 2, 4).reshape(-1, C * D, C * D)
+        return A + torch.eye(C * D, dtype=A.dtype, device=A.device)
+
+    def natural_mean(self) -> Tensor:
+        """``b`` ``[C D]``: block ``a`` is ``(C sum_{y_n = a} phi_n - sum_n phi_n) / 2``."""
+        own = torch.nn.functional.one_hot(self.y, self.way).to(self.phi.dtype)  # [n, C]
+        return (0.5 * (self.way * own.T @ self.phi - self.phi.sum(0))).reshape(-1)
+
+
+class WeightPosterior:
+    """``U | w ~ N(A^-1 b, A^-1)`` for ``R`` chains' pair weights ``w`` ``[R, n, C]``."""
+
+    def __init__(self, prior: ClassWeights, w: Tensor, jitter: JitterPolicy,
+                 episode: str | None = None, pairs: int | None = None):
+        self.prior, self.w, self.jitter, self.episode = prior, w, jitter, episode
+        self.pairs = pairs if pairs is not None else prior.y.numel() * (prior.way - 1)
+
+    def _factor(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        """Cholesky factor of ``A`` and ``mu = A^-1 b`` for a slice of the chains."""
+        L = self.jitter.cholesky_pd(self.prior.precision(w), "A = I + sum_n L_n (x) phi phi^T",
+                                    self.episode)
+        b = self.prior.natural_mean()
+        mu = torch.cholesky_solve(b.expand(L.shape[0], -1)[..., None], L)[..., 0]
+        return L, mu
+
+    def _by_chunks(self, fn: Callable[[Tensor], Any]) -> list[Any]:
+        """``fn`` on the chains :data:`CHAIN_ELEMENTS` at a time; where a gradient will flow,
+        each chunk is checkpointed (its forward pass is redone in the backward pass instead of
+        keeping every chunk's ``C D x C D`` intermediates: the memory of one chunk)."""
+        step = max(1, CHAIN_ELEMENTS // self.prior.dim**2)
+        chunks = self.w.split(step)
+        grad = torch.is_grad_enabled() and (self.prior.phi.requires_grad
+                                            or self.prior.outer.requires_grad)
+        if grad and len(chunks) > 1:
+            return [checkpoint(fn, w, use_reentrant=False) for w in chunks]
+        return [fn(w) for w in chunks]
+
+    def mean_log_marginal(self) -> Tensor:
+        """The chains' mean ``log p(y | w)`` with its first derivative attached in closed form
+        (a linear surrogate in the support's features, all a meta-gradient needs), chains
+        :data:`CHAIN_ELEMENTS` at a time under ``no_grad``: ``d/dA = -(mu mu^T + A^-1) / 2`` and
+        ``d/db = mu``, pulled back through the Laplacian assembly of ``A`` (module docstring):
+        ``d/dH_ac = dA_aa - dA_ac``, ``d/dG_ab = d/dH_ab + d/dH_ba``, ``d/d(phi_n phi_n^T) =
+        sum_b w_nb d/dG_{y_n b}``. Cheaper than autograd through the ``C D x C D`` Cholesky
+        (whose backward costs several factorisations) and equal to it
+        (``test_pair_space_feature_route_equals_the_dense_route``)."""
+        prior, R = self.prior, self.w.shape[0]
+        C, D = prior.way, prior.phi.shape[-1]
+        b = prior.natural_mean()
+        step = max(1, CHAIN_ELEMENTS // prior.dim**2)
+        value = b.new_zeros(())
+        grad_outer = torch.zeros_like(prior.outer)
+        grad_b = torch.zeros_like(b)
+        index = [torch.nonzero(prior.y == a)[:, 0] for a in range(C)]
+        with torch.no_grad():
+            for w in self.w.split(step):
+                L, mu = self._factor(w.detach())
+                logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+                value += (-math.log(2) * self.pairs + 0.5 * (mu @ b - logdet)).sum()
+                grad_b += mu.sum(0)
+                dA = torch.cholesky_inverse(L).add_(mu[:, :, None] * mu[:, None, :]).mul_(-0.5)
+                dA = dA.unflatten(-1, (C, D)).unflatten(-3, (C, D)).permute(0, 1, 3, 2, 4)
+                dA = 0.5 * (dA + dA.transpose(-1, -2))  # [r, C, C, D, D], blocks symmetric
+                dH = torch.diagonal(dA, dim1=1, dim2=2).permute(0, 3, 1, 2)[:, :, None] - dA
+                dG = pack_symmetric(dH + dH.transpose(1, 2))  # [r, C (label), C, P]
+                for a, idx in enumerate(index):
+                    grad_outer[idx] += torch.einsum("rnb,rbp->np", w[:, idx], dG[:, a])
+        value, grad_outer, grad_b = value / R, grad_outer / R, grad_b / R
+        outer, b_now = prior.outer, prior.natural_mean()
+        return (value + (grad_outer * (outer - outer.detach())).sum()
+                + (grad_b * (b_now - b_now.detach())).sum())
+
+    def predictive(self, phi_q: Tensor, kqq: Tensor) -> tuple[Tensor, Tensor]:
+        """Joint predictive of the class functions at queries with factor ``phi_q`` ``[Q, D]``
+        and prior variances ``kqq`` ``[C, Q]``: mean ``[R, Q, C]`` and covariance ``[R, Q, C,
+        C]``, ``diag(kqq - |phi_q|^2) + phi_q^T (A^-1)_ab phi_q`` (the first term is zero for an
+        exact feature map and the Nystrom remainder otherwise, as in the pair-space route)."""
+        C, D = self.prior.way, self.prior.phi.shape[-1]
+        outer_q = packed_outer(phi_q)  # [Q, P]
+
+        def chunk(w: Tensor) -> tuple[Tensor, Tensor]:
+            L, mu = self._factor(w)
+            mean = phi_q @ mu.unflatten(-1, (C, D)).transpose(-1, -2)  # [r, Q, C]
+            S = torch.cholesky_inverse(L).unflatten(-1, (C, D)).unflatten(-3, (C, D))
+            S = S.permute(0, 1, 3, 2, 4)  # [r, C, C, D, D]: block (a, b)
+            packed = pack_symmetric(0.5 * (S + S.transpose(-1, -2)))  # [r, C, C, P]
+            return mean, (packed @ outer_q.T).permute(0, 3, 1, 2)  # [r, Q, C, C]
+
+        means, covs = zip(*self._by_chunks(chunk), strict=True)
+        rest = kqq.T - phi_q.pow(2).sum(-1)[:, None]  # [Q, C]
+        return torch.cat(means), torch.cat(covs) + torch.diag_embed(rest)
+
