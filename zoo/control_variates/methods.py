@@ -6,6 +6,7 @@ the runner over training integrands).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor
 
 from zoo.control_variates import linear, neural, vector_valued
 from zoo.control_variates.fitting import MODES, CVEstimate, fit_size
+from zoo.errors import EpisodeError
 from zoo.hparams import HParam
 from zoo.kernels import RBFKernel
 from zoo.stein_kernels import BoundaryKernel
@@ -35,6 +37,20 @@ def _inputs(problem: IntegrationProblem, fit: int) -> tuple[Tensor, Tensor, Tens
         centre, scale = linear.standardiser(x[:fit])
         x, score = (x - centre) / scale, score * scale
     return x[None], score[None], problem.fx.double()[None]
+
+
+def _stacked(problems: Sequence[IntegrationProblem], mode: str) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_inputs` of problems of one budget, stacked on the task axis."""
+    if len({len(p.x) for p in problems}) != 1 or len({_boundary(p) for p in problems}) != 1:
+        raise EpisodeError("a batched control variate estimates problems of one sample size "
+                           "and one support together; estimate the others separately")
+    fit = fit_size(len(problems[0].x), mode)
+    x, score, fx = zip(*(_inputs(p, fit) for p in problems))
+    return torch.cat(x), torch.cat(score), torch.cat(fx)
+
+
+def _results(e: CVEstimate) -> list[Estimate]:
+    return [Estimate(float(v[0]), float(s[0])) for v, s in zip(e.value, e.stderr)]
 
 
 def _estimate_hparam(default: str) -> HParam:
@@ -88,13 +104,20 @@ class NeuralCV(IntegrationMethod):
         "estimate": _estimate_hparam("split"),
     }
 
+    batched = True
+
     def estimate(self, problem: IntegrationProblem) -> Estimate:
+        return self.estimate_batch([problem])[0]
+
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+        """One batched Adam fit of every problem's own CV, each from its own seed (its
+        initialisation and mini-batch order), so each estimate equals its fit alone."""
         h = self.hparams
-        seed = int(problem.info.get("seed", 0)) % 2**31
-        x, score, fx = _inputs(problem, fit_size(len(problem.x), h["estimate"]))
-        return _result(neural.fit_neural_cv(
-            x, score, fx, hidden=(h["width"], h["width"]), epochs=h["epochs"], batch=h["batch"], lr=h["lr"],
-            mode=h["estimate"], boundary=_boundary(problem), seed=seed))
+        seeds = [int(p.info.get("seed", 0)) % 2**31 for p in problems]
+        return _results(neural.fit_neural_cv(
+            *_stacked(problems, h["estimate"]), hidden=(h["width"], h["width"]),
+            epochs=h["epochs"], batch=h["batch"], lr=h["lr"], mode=h["estimate"],
+            boundary=_boundary(problems[0]), seed=seeds))
 
 
 class VectorValuedCV(IntegrationMethod):
@@ -195,9 +218,15 @@ class MetaControlVariate(IntegrationMethod):
         self.meta.boundary = _boundary(p)  # the family's support, the same for all its tasks
         return self.meta.meta_loss(*_inputs(p, fit_size(len(p.x), "split")))
 
+    batched = True
+
     def estimate(self, problem: IntegrationProblem) -> Estimate:
-        self.meta.boundary = _boundary(problem)
-        return _result(self.meta.estimate(*_inputs(problem, fit_size(len(problem.x), "split"))))
+        return self.estimate_batch([problem])[0]
+
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+        """Algorithm 7 for every problem in one batched adaptation."""
+        self.meta.boundary = _boundary(problems[0])
+        return _results(self.meta.estimate(*_stacked(problems, "split")))
 
 
 METHODS = [PolynomialCV, ControlFunctional, NeuralCV, VectorValuedCV, MetaControlVariate]

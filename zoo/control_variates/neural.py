@@ -146,27 +146,36 @@ def estimate_with(theta: Params, x: Tensor, score: Tensor, fx: Tensor, boundary:
 def neural_cv_params(x: Tensor, score: Tensor, fx: Tensor, *, hidden: Sequence[int] = (80, 80),
                      epochs: int = 20, batch: int = 5, lr: float = 2e-3, penalty: float = 5e-6,
                      mode: str = "split", boundary: bool = False, centre: bool = False,
-                     seed: int = 0) -> Params:
+                     seed: int | Sequence[int] = 0) -> Params:
     """Independent neural CVs for ``T`` tasks at once (``x [T, N, d]``, ``fx [T, N(, K)]``, one
     output per integrand): Adam on mini-batches of each task's fitting samples (the thesis's
-    Neural-CV baseline: 20 epochs, batches of 5); the fitted per-task parameters."""
-    g = torch.Generator().manual_seed(seed)
-    m = fit_size(x.shape[-2], mode)
+    Neural-CV baseline: 20 epochs, batches of 5); the fitted per-task parameters. ``seed``: one
+    seed for every task (one initialisation and one mini-batch order, shared), or one per task
+    (each task draws both from its own generator, so a task's fit is the same alone or batched
+    with others)."""
+    T, m = x.shape[0], fit_size(x.shape[-2], mode)
     outputs = _columns(fx, x).shape[-1]
-    theta = [p.expand(x.shape[0], *p.shape).clone().requires_grad_(True)
-             for p in init_params(x.shape[-1], hidden, outputs=outputs, generator=g,
-                                  dtype=x.dtype)]
+    shared = isinstance(seed, int)
+    gens = [torch.Generator().manual_seed(s) for s in ([seed] if shared else seed)]
+    if len(gens) != (1 if shared else T):
+        raise ValueError(f"neural_cv_params: {len(gens)} seeds for {T} tasks; give one seed or "
+                         "one per task")
+    inits = [init_params(x.shape[-1], hidden, outputs=outputs, generator=g, dtype=x.dtype)
+             for g in gens]
+    theta = [torch.stack(ps).expand(T, *ps[0].shape).clone().requires_grad_(True)
+             for ps in zip(*inits)]
     opt = torch.optim.Adam(theta, lr=lr)
+    rows = torch.arange(T)[:, None]
     with torch.enable_grad():  # also when called for a prediction under no_grad
         for _ in range(epochs):
-            order = torch.randperm(m, generator=g)
+            order = torch.stack([torch.randperm(m, generator=g) for g in gens]).expand(T, m)
             for start in range(0, m, batch):
-                idx = order[start:start + batch]
-                if len(idx) < 2:
+                idx = order[:, start:start + batch]
+                if idx.shape[1] < 2:
                     continue
                 opt.zero_grad()
-                task_loss(theta, x[:, idx], score[:, idx], fx[:, idx], boundary, penalty,
-                          centre).sum().backward()
+                task_loss(theta, x[rows, idx], score[rows, idx], fx[rows, idx], boundary,
+                          penalty, centre).sum().backward()
                 opt.step()
     return [p.detach() for p in theta]
 
