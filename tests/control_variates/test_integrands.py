@@ -24,7 +24,7 @@ from zoo.data.integrands import (
     load_south,
     load_step,
 )
-from zoo.tasks.integration import Integration, sample_task
+from zoo.tasks.integration import Integration, IntegrationProblem, sample_task
 
 TASK = Integration()
 
@@ -130,3 +130,17 @@ def test_the_runner_hands_out_each_prepared_estimate_once():
     assert method.prepared(episode.problem) is None  # taken: a later call fits it again
     assert TASK.predict(method, episode).value == method.estimate(episode.problem).value
     assert method.prepared(get(3).problem) is None  # not prepared
+
+
+@pytest.mark.parametrize("name", ["neural-cv", "meta-cv"])
+def test_standardised_neural_cvs_are_equivariant_to_the_integrands_scale(name):
+    """With ``standardise`` the estimate of ``a f + b`` is ``a`` times that of ``f`` plus ``b``
+    (and the standard error ``a`` times), whatever the optimiser's step size."""
+    family = load_borehole()
+    cls = next(m for m in METHODS if m.name == name)
+    method = cls(dim=family.dim, standardise=True, field="vector", **FAST[name])
+    problem = sample_task(family, "test", 0, 12, 0).problem
+    moved = IntegrationProblem(problem.x, 30.0 * problem.fx - 7.0, problem.score, problem.info)
+    base, other = method.estimate(problem), method.estimate(moved)
+    assert other.value == pytest.approx(30.0 * base.value - 7.0, rel=1e-9)
+    assert other.stderr == pytest.approx(30.0 * base.stderr, rel=1e-9)
