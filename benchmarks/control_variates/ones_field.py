@@ -9,16 +9,18 @@ come from one set of draws of ``y`` with ``--nodes``-point Gauss-Hermite along t
 1_d / sqrt(d)``: ``Var f = Var_y E[f | y] + E_y Var[f | y]``. The general field ``div u + u . s``
 (``field="vector"``) has no such bound.
 
-Integrals: Borehole in standardised coordinates (the integration methods standardise the inputs)
-and the predictive class probabilities of untrained latent-Gaussian classifiers on digits episodes
-(recorded as in ``gp_predictive.py``; their CV path, so bayes-last-layer integrates over its class
-latents). Printed: the summed variances and the bound, per family.
+Integrals: Borehole in standardised coordinates (the integration methods standardise the inputs),
+Genz oscillatory integrands on the cube (see :func:`genz_case`) and the predictive class
+probabilities of untrained latent-Gaussian classifiers on digits episodes (recorded as in
+``gp_predictive.py``; their CV path, so bayes-last-layer integrates over its class latents; OVE's
+pair integrals are 1-d, where ``1_d`` spans everything). Printed: the summed variances and the bound, per family.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -50,6 +52,31 @@ def borehole_case(args) -> dict[str, float]:
     sd = torch.tensor(BOREHOLE_VAR, dtype=torch.float64).sqrt()
     between, total = line_moments(lambda z: borehole(mu + sd * z)[:, None], 8, args.draws,
                                   args.nodes, 0)
+    return {"var_f": total, "var_cond": between, "bound_vrf": total / between}
+
+
+def genz_case(dim: int, args) -> dict[str, float]:
+    """Genz oscillatory on the cube: ``L'[u delta 1_d]`` integrates to zero along every segment of
+    a line parallel to ``1_d`` (``delta`` vanishes at both ends), so the bound is the same with
+    ``E[f | y]`` the mean over that segment (``--nodes``-point Gauss-Legendre), averaged over
+    ``--tasks`` integrands of the family."""
+    gen = torch.Generator().manual_seed(0)
+    e = torch.ones(dim, dtype=torch.float64) / dim**0.5
+    t, w = np.polynomial.legendre.leggauss(args.nodes)
+    t, w = torch.tensor((t + 1) / 2), torch.tensor(w / 2)
+    between = total = 0.0
+    for _ in range(args.tasks):
+        a1 = 0.4 + 0.2 * torch.rand((), generator=gen, dtype=torch.float64)
+        a = 4 + 2 * torch.rand(dim, generator=gen, dtype=torch.float64)
+        x = torch.rand(args.draws, dim, generator=gen, dtype=torch.float64)
+        y = x - (x @ e)[:, None] * e  # the segment {y + s e} inside the cube: s in [lo, hi]
+        lo, hi = (-y).max(-1).values * dim**0.5, (1 - y).min(-1).values * dim**0.5
+        s = lo[:, None] + (hi - lo)[:, None] * t  # [S, nodes]
+        points = y[:, None, :] + s[..., None] * e
+        values = torch.cos(2 * math.pi * a1 + points @ a)
+        mean, second = (values * w).sum(-1), (values**2 * w).sum(-1)  # given y: uniform on s
+        between += float(mean.var())  # y drawn as the projection of uniform x: its own law
+        total += float(mean.var() + (second - mean**2).mean())
     return {"var_f": total, "var_cond": between, "bound_vrf": total / between}
 
 
@@ -88,6 +115,8 @@ def main() -> None:
                                                     "bayes-last-layer"])
     p.add_argument("--episodes", type=int, default=2)
     p.add_argument("--query", type=int, default=3, help="queries per class and episode")
+    p.add_argument("--genz-dims", type=int, nargs="*", default=[2, 3, 4, 5, 6])
+    p.add_argument("--tasks", type=int, default=20, help="Genz integrands per dimension")
     p.add_argument("--draws", type=int, default=4000)
     p.add_argument("--nodes", type=int, default=20,
                    help="Gauss-Hermite nodes (|t| < 7.6 at 20; Borehole's r_w turns negative "
@@ -95,6 +124,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     results = {"borehole": borehole_case(args)}
+    for dim in args.genz_dims:
+        results[f"genz-oscillatory[dim={dim}]"] = genz_case(dim, args)
     for name in args.methods:
         results[name] = classifier_case(name, args)
     for name, r in results.items():
