@@ -13,7 +13,8 @@ Integrals: Borehole in standardised coordinates (the integration methods standar
 Genz oscillatory integrands on the cube (see :func:`genz_case`) and the predictive class
 probabilities of untrained latent-Gaussian classifiers on digits episodes (recorded as in
 ``gp_predictive.py``; their CV path, so bayes-last-layer integrates over its class latents; OVE's
-pair integrals are 1-d, where ``1_d`` spans everything). Printed: the summed variances and the bound, per family.
+pair integrals are 1-d, where ``1_d`` spans everything). Printed: the summed variances and the
+bound, per family.
 """
 
 from __future__ import annotations
