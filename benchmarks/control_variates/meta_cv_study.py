@@ -135,9 +135,14 @@ def main() -> None:
     p.add_argument("--steps-study", type=int, nargs="*", default=[])
     p.add_argument("--no-main", action="store_true", help="only the L study")
     p.add_argument("--out", type=Path, default=Path("results/meta-cv-study"))
+    p.add_argument("--merge", type=Path, nargs="*", default=[],
+                   help="only plot: the cells of these results.json files together, into --out")
     args = p.parse_args()
     torch.set_default_dtype(torch.float64)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        plot([r for f in args.merge for r in json.loads(f.read_text())["results"]], args.out)
+        return
     results = []
 
     def save() -> None:  # after every cell, so that a stopped run keeps what it computed

@@ -55,11 +55,12 @@ def test_fitted_cv_estimators_give_probabilities_that_sum_to_one(method, estimat
     _sums_to_one(model, toy_episode(way=3, shot=2))
 
 
-@pytest.mark.parametrize("method", list(HPARAMS))
-def test_meta_cv_harvests_meta_training_integrals_and_is_checkpointed(method):
+@pytest.mark.parametrize(("method", "field"),
+                         [(m, "ones") for m in HPARAMS] + [("md-bfsc", "vector")])
+def test_meta_cv_harvests_meta_training_integrals_and_is_checkpointed(method, field):
     """meta-cv meta-trains on the integrals the classifier evaluates while it meta-trains, its
     probabilities sum to one, and its meta-parameters travel with the method's state_dict."""
-    spec = "meta-cv[samples=8,width=8,meta_batch=4]"
+    spec = f"meta-cv[samples=8,width=8,meta_batch=4,field={field}]"
     model = build_for_tests(method, way=3, estimator=spec, **HPARAMS[method])
     model.eval()
     with pytest.raises(HyperParameterError, match="harvested no integrals"), torch.no_grad():
@@ -77,10 +78,21 @@ def test_meta_cv_harvests_meta_training_integrals_and_is_checkpointed(method):
     torch.testing.assert_close(_sums_to_one(fresh, episode), probs)
 
 
+def test_vector_field_neural_cv_gives_probabilities_that_sum_to_one():
+    model = build_for_tests("md-bfsc", way=3, estimator="neural-cv[samples=16,epochs=5,width=8,"
+                            "field=vector]", **HPARAMS["md-bfsc"])
+    _sums_to_one(model, toy_episode(way=3, shot=2))
+
+
 def test_ove_takes_the_fitted_estimators_on_its_pairwise_integrals():
     model = build_for_tests("ove", way=3, estimator="neural-cv[samples=8,epochs=2,width=4]",
                             test_steps=2)
     _sums_to_one(model, toy_episode(way=3, shot=2))
+
+
+def test_an_unknown_field_is_refused():
+    with pytest.raises(HyperParameterError, match="field"):
+        build_for_tests("md-bfsc", way=3, estimator="neural-cv[field=diagonal]")
 
 
 def test_meta_cv_is_refused_where_meta_training_integrates_nothing_through_the_estimator():

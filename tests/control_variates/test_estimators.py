@@ -310,3 +310,52 @@ def test_vv_cv_estimator_with_zero_correlation_is_each_task_alone():
     assert torch.isfinite(e.stderr).all() and (e.stderr > 0).all()
     coupled = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.5,lengthscale=1.5]")
     assert not torch.allclose(coupled.expect(g, mean, var, seed=4).value, e.value)
+
+
+@pytest.mark.parametrize("boundary", [False, True])
+def test_forward_mode_divergence_of_the_vector_field_equals_the_autograd_operator(boundary):
+    """``field="vector"``: ``div u_k + u_k . s`` by ``d`` forward tangents equals ``L'[u_k]`` by
+    autograd for every integrand ``k`` (centred or not), with a leading task axis."""
+    g = torch.Generator().manual_seed(1)
+    params = [p.expand(2, *p.shape).clone() for p in
+              neural.init_params(3, (5, 4), outputs=2 * 3, generator=g, scale=0.7)]
+    x = torch.rand(2, 6, 3, generator=g, dtype=D)
+    s = torch.randn(2, 6, 3, generator=g, dtype=D)
+    for centre in (False, True):
+        ours = neural.stein_values(params, x, s, boundary, centre, "vector")
+        for k in range(2):
+            ref = first_order(lambda z, k=k, c=centre: neural.potential(
+                params, z, boundary, c, "vector")[..., k, :], x, s)
+            torch.testing.assert_close(ours[..., k], ref, rtol=1e-10, atol=1e-12)
+
+
+def test_the_ones_field_cannot_remove_variation_across_the_ones_direction():
+    """``L'[u 1_d]`` has mean zero given the components orthogonal to ``1_d`` (under N(0, I)), so a
+    fit of ``f = x_1 - x_2`` (orthogonal to ``1_d``) removes nothing, while the vector field
+    removes it (a linear field ``u = (1, -1)`` is exact)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 400, 2, generator=g, dtype=D)
+    f = x[..., 0] - x[..., 1]
+    fits = {field: neural.fit_neural_cv(x, -x, f, hidden=(16,), epochs=40, batch=200, lr=0.02,
+                                        mode="intercept", field=field, seed=0)
+            for field in neural.FIELDS}
+    residual = {field: float(e.stderr[0, 0]) * math.sqrt(400) for field, e in fits.items()}
+    assert residual["ones"] > 0.95 * float(f.std())
+    assert residual["vector"] < 0.2 * float(f.std())
+
+
+def test_the_ones_field_bound_of_the_diagnostic_script():
+    """``benchmarks/control_variates/ones_field.py`` splits ``Var f`` into ``Var E[f | y]`` (what
+    ``u 1_d`` cannot remove) and the rest: in 2-d, ``z_1 - z_2`` is all across ``1_d`` (2 of 2),
+    ``z_1`` half (1/2 of 1) and ``z_1 + z_2`` all along it (0 of 2)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks/control_variates/ones_field.py"
+    spec = importlib.util.spec_from_file_location("ones_field", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    between, total = script.line_moments(
+        lambda z: torch.stack([z[:, 0] - z[:, 1], z[:, 0], z.sum(-1)], -1), 2, 20_000, 20, 0)
+    assert between == pytest.approx(2.5, rel=0.05)
+    assert total == pytest.approx(5.0, rel=0.05)

@@ -24,7 +24,7 @@ from zoo.data.integrands import (
     load_south,
     load_step,
 )
-from zoo.tasks.integration import Integration, sample_task
+from zoo.tasks.integration import Integration, IntegrationProblem, sample_task
 
 TASK = Integration()
 
@@ -102,3 +102,45 @@ def test_closed_form_cvs_beat_monte_carlo_on_the_south_pair():
                 records[cls.name].append(TASK.score(p, episode) | {"seconds": 0.0})
     for name, rows in records.items():
         assert TASK.summarise(rows)["vrf"] > 2, name
+
+
+@pytest.mark.parametrize("name", ["neural-cv", "meta-cv"])
+@pytest.mark.parametrize("load", [load_south, lambda: load_genz_oscillatory(dim=2)])
+def test_batched_estimates_equal_each_problem_alone(name, load):
+    """The runner's batched path (one fit over the cell's problems, each from its own seed)
+    gives every problem the estimate it gets alone, to rounding."""
+    family = load()
+    cls = next(m for m in METHODS if m.name == name)
+    method = cls(dim=family.dim, **FAST[name])
+    problems = [sample_task(family, "test", 0, 12, i).problem for i in range(5)]
+    together = method.estimate_batch(problems)
+    for problem, batched in zip(problems, together):
+        alone = method.estimate(problem)
+        assert batched.value == pytest.approx(alone.value, rel=1e-12, abs=1e-12)
+        assert batched.stderr == pytest.approx(alone.stderr, rel=1e-9, abs=1e-12)
+
+
+def test_the_runner_hands_out_each_prepared_estimate_once():
+    family = load_south()
+    method = next(m for m in METHODS if m.name == "neural-cv")(dim=1, **FAST["neural-cv"])
+    get = lambda i: sample_task(family, "test", 0, 12, i)  # noqa: E731
+    TASK.prepare(method, get, range(3))
+    episode = get(1)
+    assert method.prepared(episode.problem) is not None
+    assert method.prepared(episode.problem) is None  # taken: a later call fits it again
+    assert TASK.predict(method, episode).value == method.estimate(episode.problem).value
+    assert method.prepared(get(3).problem) is None  # not prepared
+
+
+@pytest.mark.parametrize("name", ["neural-cv", "meta-cv"])
+def test_standardised_neural_cvs_are_equivariant_to_the_integrands_scale(name):
+    """With ``standardise`` the estimate of ``a f + b`` is ``a`` times that of ``f`` plus ``b``
+    (and the standard error ``a`` times), whatever the optimiser's step size."""
+    family = load_borehole()
+    cls = next(m for m in METHODS if m.name == name)
+    method = cls(dim=family.dim, standardise=True, field="vector", **FAST[name])
+    problem = sample_task(family, "test", 0, 12, 0).problem
+    moved = IntegrationProblem(problem.x, 30.0 * problem.fx - 7.0, problem.score, problem.info)
+    base, other = method.estimate(problem), method.estimate(moved)
+    assert other.value == pytest.approx(30.0 * base.value - 7.0, rel=1e-9)
+    assert other.stderr == pytest.approx(30.0 * base.stderr, rel=1e-9)

@@ -27,7 +27,8 @@ reports its standard error: the regression's (intercept), the held-out one (spli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from typing import ClassVar
 
 import torch
@@ -208,6 +209,14 @@ class _FittedCV(Estimator):
                         stderr.reshape(*batch, *out).to(values.dtype))
 
 
+def _check_field(spec: NeuralCVEstimator | MetaCVEstimator) -> None:
+    if spec.field not in neural.FIELDS:
+        raise HyperParameterError(f"estimator {spec.name!r}: field={spec.field!r}; use one of "
+                                  f"{neural.FIELDS} (ones: the thesis's u 1_d, which cannot remove "
+                                  "variation across the all-ones direction, e.g. of a softmax "
+                                  "whose classes have equal variances; vector: d potentials)")
+
+
 @dataclass(frozen=True)
 class NeuralCVEstimator(_FittedCV):
     """A neural Stein CV fitted to each task alone (:func:`zoo.control_variates.neural.
@@ -220,12 +229,19 @@ class NeuralCVEstimator(_FittedCV):
     batch: int = 5
     lr: float = 2e-3
     penalty: float = 5e-6
+    field: str = "ones"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_field(self)
 
     def fit(self, z: Tensor, values: Tensor, centre: bool) -> CVEstimate:
         theta = neural.neural_cv_params(z, -z, values.detach(), hidden=(self.width, self.width),
                                         epochs=self.epochs, batch=self.batch, lr=self.lr,
-                                        penalty=self.penalty, mode=self.estimate, centre=centre)
-        return neural.estimate_with(theta, z, -z, values, False, self.estimate, centre)
+                                        penalty=self.penalty, mode=self.estimate, centre=centre,
+                                        field=self.field)
+        return neural.estimate_with(theta, z, -z, values, False, self.estimate, centre,
+                                    self.field)
 
 
 @dataclass(frozen=True)
@@ -321,14 +337,14 @@ class MetaCVState(nn.Module):
         if self.meta is None:
             self.meta = neural.MetaCV(dim, hidden=(s.width, s.width), outputs=outputs,
                                       steps=s.steps, inner_lr=s.inner_lr, penalty=s.penalty,
-                                      first_order=s.first_order, centre=centre)
+                                      first_order=s.first_order, centre=centre, field=s.field)
             self.optimizer = torch.optim.Adam(self.meta.parameters(), lr=s.lr)
             self.centred.fill_(centre)
         first, last = self.meta.params[0], self.meta.params[-1]
-        if (first.shape[0], last.shape[0]) != (dim, outputs):
+        if (first.shape[0], last.shape[0]) != (dim, neural.field_outputs(outputs, dim, s.field)):
             raise HyperParameterError(f"meta-cv was meta-trained on {first.shape[0]}-dimensional "
-                                      f"integrals of {last.shape[0]} integrands; this one has "
-                                      f"{dim} and {outputs} (another way?)")
+                                      f"integrals ({last.shape[0]} potentials); this one has "
+                                      f"{dim} dimensions and {outputs} integrands (another way?)")
         return self.meta
 
     def step(self, z: Tensor, values: Tensor, centre: bool) -> None:
@@ -359,8 +375,8 @@ class MetaCVState(nn.Module):
         first, n = prefix + "meta.params.0", len([k for k in state_dict
                                                    if k.startswith(prefix + "meta.params.")])
         if self.meta is None and first in state_dict:
-            last = state_dict[f"{prefix}meta.params.{n - 1}"]
-            self.build(state_dict[first].shape[0], last.shape[0],
+            last, dim = state_dict[f"{prefix}meta.params.{n - 1}"], state_dict[first].shape[0]
+            self.build(dim, last.shape[0] // (dim if self.spec.field == "vector" else 1),
                        bool(state_dict.get(prefix + "centred", False)))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
@@ -385,8 +401,13 @@ class MetaCVEstimator(_FittedCV):
     meta_steps: int = 1
     harvest: int = 4096
     first_order: bool = False
-    state: MetaCVState | None = field(default=None, compare=False, repr=False,
-                                      metadata={"bound": True})
+    field: str = "ones"
+    state: MetaCVState | None = dataclass_field(default=None, compare=False, repr=False,
+                                                metadata={"bound": True})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_field(self)
 
     def make_state(self) -> MetaCVState:
         return MetaCVState(self)
@@ -409,7 +430,8 @@ class MetaCVEstimator(_FittedCV):
         meta = state.build(z.shape[-1], values.shape[-1], centre)
         m = fit_size(z.shape[1], self.estimate)
         theta = meta.adapt(z[:, :m], -z[:, :m], values.detach()[:, :m])
-        return neural.estimate_with(theta, z, -z, values, False, self.estimate, meta.centre)
+        return neural.estimate_with(theta, z, -z, values, False, self.estimate, meta.centre,
+                                    meta.field)
 
 
 BUILTIN: dict[str, type[Estimator]] = {

@@ -6,6 +6,7 @@ the runner over training integrands).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor
 
 from zoo.control_variates import linear, neural, vector_valued
 from zoo.control_variates.fitting import MODES, CVEstimate, fit_size
+from zoo.errors import EpisodeError
 from zoo.hparams import HParam
 from zoo.kernels import RBFKernel
 from zoo.stein_kernels import BoundaryKernel
@@ -35,6 +37,42 @@ def _inputs(problem: IntegrationProblem, fit: int) -> tuple[Tensor, Tensor, Tens
         centre, scale = linear.standardiser(x[:fit])
         x, score = (x - centre) / scale, score * scale
     return x[None], score[None], problem.fx.double()[None]
+
+
+def _stacked(problems: Sequence[IntegrationProblem], mode: str) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_inputs` of problems of one budget, stacked on the task axis."""
+    if len({len(p.x) for p in problems}) != 1 or len({_boundary(p) for p in problems}) != 1:
+        raise EpisodeError("a batched control variate estimates problems of one sample size "
+                           "and one support together; estimate the others separately")
+    fit = fit_size(len(problems[0].x), mode)
+    x, score, fx = zip(*(_inputs(p, fit) for p in problems))
+    return torch.cat(x), torch.cat(score), torch.cat(fx)
+
+
+def _scaling(fx: Tensor, fit: int, on: bool) -> tuple[Tensor, Tensor]:
+    """Each task's centre and scale ``[T, 1]`` of ``f [T, N]`` from its fitting samples (``on``;
+    else 0 and 1): a neural CV fitted by fixed-size gradient steps is not equivariant to the
+    scale of ``f``, so it is fitted to ``(f - centre) / scale`` and its estimate mapped back."""
+    if not on:
+        return fx.new_zeros(len(fx), 1), fx.new_ones(len(fx), 1)
+    scale = fx[:, :fit].std(-1, keepdim=True)
+    return fx[:, :fit].mean(-1, keepdim=True), torch.where(scale > 0, scale, 1.0)
+
+
+def _results(e: CVEstimate, centre: Tensor, scale: Tensor) -> list[Estimate]:
+    value, stderr = e.value * scale + centre, e.stderr * scale
+    return [Estimate(float(v[0]), float(s[0])) for v, s in zip(value, stderr)]
+
+
+def _neural_hparams() -> dict[str, HParam]:
+    return {
+        "field": HParam("ones", choices=neural.FIELDS,
+                        doc="ones: the thesis's u 1_d, which removes only the variation of f along "
+                            "the all-ones direction; vector: d potentials, div u + u . s (d times "
+                            "the cost)"),
+        "standardise": HParam(False, doc="fit to f standardised by each task's fitting samples "
+                                         "(needed where f's scale is far from 1, e.g. Borehole)"),
+    }
 
 
 def _estimate_hparam(default: str) -> HParam:
@@ -86,15 +124,24 @@ class NeuralCV(IntegrationMethod):
         "batch": HParam(5, ge=2, doc="mini-batch size"),
         "width": HParam(80, ge=1, doc="units in each of the two hidden layers"),
         "estimate": _estimate_hparam("split"),
+        **_neural_hparams(),
     }
+    batched = True
 
     def estimate(self, problem: IntegrationProblem) -> Estimate:
+        return self.estimate_batch([problem])[0]
+
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+        """One batched Adam fit of every problem's own CV, each from its own seed (its
+        initialisation and mini-batch order), so each estimate equals its fit alone."""
         h = self.hparams
-        seed = int(problem.info.get("seed", 0)) % 2**31
-        x, score, fx = _inputs(problem, fit_size(len(problem.x), h["estimate"]))
-        return _result(neural.fit_neural_cv(
-            x, score, fx, hidden=(h["width"], h["width"]), epochs=h["epochs"], batch=h["batch"], lr=h["lr"],
-            mode=h["estimate"], boundary=_boundary(problem), seed=seed))
+        seeds = [int(p.info.get("seed", 0)) % 2**31 for p in problems]
+        x, score, fx = _stacked(problems, h["estimate"])
+        centre, scale = _scaling(fx, fit_size(fx.shape[-1], h["estimate"]), h["standardise"])
+        return _results(neural.fit_neural_cv(
+            x, score, (fx - centre) / scale, hidden=(h["width"], h["width"]),
+            epochs=h["epochs"], batch=h["batch"], lr=h["lr"], mode=h["estimate"],
+            boundary=_boundary(problems[0]), field=h["field"], seed=seeds), centre, scale)
 
 
 class VectorValuedCV(IntegrationMethod):
@@ -181,23 +228,33 @@ class MetaControlVariate(IntegrationMethod):
         "width": HParam(80, ge=1, doc="units in each of the two hidden layers"),
         "penalty": HParam(5e-6, ge=0, doc="penalty on the CV's outputs (lambda)"),
         "first_order": HParam(False, doc="first-order MAML (no second derivatives)"),
+        **_neural_hparams(),
     }
+    batched = True
 
     def __init__(self, *, dim: int, **hparams: Any):
         super().__init__(dim=dim, **hparams)
         h = self.hparams
         self.meta = neural.MetaCV(dim, hidden=(h["width"], h["width"]), steps=h["steps"],
                                   inner_lr=h["inner_lr"], penalty=h["penalty"],
-                                  first_order=h["first_order"])
+                                  first_order=h["first_order"], field=h["field"])
 
     def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
         p = episode.problem
         self.meta.boundary = _boundary(p)  # the family's support, the same for all its tasks
-        return self.meta.meta_loss(*_inputs(p, fit_size(len(p.x), "split")))
+        x, score, fx = _inputs(p, fit_size(len(p.x), "split"))
+        centre, scale = _scaling(fx, fit_size(len(p.x), "split"), self.hparams["standardise"])
+        return self.meta.meta_loss(x, score, (fx - centre) / scale)
 
     def estimate(self, problem: IntegrationProblem) -> Estimate:
-        self.meta.boundary = _boundary(problem)
-        return _result(self.meta.estimate(*_inputs(problem, fit_size(len(problem.x), "split"))))
+        return self.estimate_batch([problem])[0]
+
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+        """Algorithm 7 for every problem in one batched adaptation."""
+        self.meta.boundary = _boundary(problems[0])
+        x, score, fx = _stacked(problems, "split")
+        centre, scale = _scaling(fx, fit_size(fx.shape[-1], "split"), self.hparams["standardise"])
+        return _results(self.meta.estimate(x, score, (fx - centre) / scale), centre, scale)
 
 
 METHODS = [PolynomialCV, ControlFunctional, NeuralCV, VectorValuedCV, MetaControlVariate]

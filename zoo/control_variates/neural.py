@@ -13,6 +13,16 @@ zero and estimates of integrands that sum to a constant keep that sum. The inter
 out of every loss, ``beta = mean_S(f - L'[u])`` (the optimal intercept for the current ``theta``),
 so the estimator never adds an un-adapted meta intercept (the stored code's erratum, notes §E).
 
+**The field.** ``field="ones"`` is the thesis's CV. Because ``u 1_d`` only moves along the
+all-ones direction ``w = 1 . x / sqrt(d)``, ``L'[u 1_d] = sqrt(d) (d/dw + s_w) u`` is the 1-d
+Stein operator along ``w``: under a Gaussian (or along each line parallel to ``1_d`` in the cube,
+where ``delta`` vanishes at both ends) its mean given the orthogonal components ``y`` is zero, so
+the best such CV leaves ``Var E[f | y]``: only the variation of ``f`` along ``1_d`` can be removed
+(Borehole, whose variance is ~88% along ``r_w`` alone, and softmax integrands, constant along
+``1_d`` when every class has the same variance; measured in the card). ``field="vector"`` is the
+general first-order CV ``L'[u] = div u + u . s`` with ``d`` potentials per integrand (a ``K d``
+-output network, the divergence by ``d`` forward tangents: ``d`` times the cost).
+
 Parameters live in plain tensors with an optional leading task axis, so ``T`` tasks are one batched
 forward pass: ``x [T, N, d] -> [T, N, K]``.
 
@@ -57,39 +67,67 @@ def init_params(dim: int, hidden: Sequence[int], *, outputs: int = 1,
     return params
 
 
-def potential_and_slope(params: Params, x: Tensor, boundary: bool,
-                        centre: bool = False) -> tuple[Tensor, Tensor]:
-    """``u_theta(x)`` and its derivative along the all-ones direction ``sum_j d_j u_theta(x)``,
-    both ``[..., N, K]`` for ``x [..., N, d]`` (parameters with a leading task axis ``[T, ...]``
-    act on ``x [T, N, d]``), by forward-mode differentiation written out layer by layer, so the
-    Stein values need no backward pass and stay differentiable in ``theta`` to any order.
-    ``centre``: subtract the mean over the ``K`` outputs (the potentials then sum to zero)."""
-    h, dh = x, torch.ones_like(x)
+FIELDS = ("ones", "vector")
+
+
+def field_outputs(outputs: int, dim: int, field: str) -> int:
+    """Network outputs for ``outputs`` integrands: one potential each (``ones``) or ``dim``."""
+    if field not in FIELDS:
+        raise ValueError(f"field {field!r}: use one of {FIELDS}")
+    return outputs * (dim if field == "vector" else 1)
+
+
+def potential_and_slope(params: Params, x: Tensor, boundary: bool, centre: bool = False,
+                        field: str = "ones") -> tuple[Tensor, Tensor]:
+    """The potentials and their divergence, by forward-mode differentiation written out layer by
+    layer, so the Stein values need no backward pass and stay differentiable in ``theta`` to any
+    order (``x [..., N, d]``; parameters with a leading task axis ``[T, ...]`` act on ``x [T, N,
+    d]``). ``field="ones"``: ``u_theta(x) [..., N, K]`` and its derivative along the all-ones
+    direction ``sum_j d_j u``; ``"vector"``: ``u [..., N, K, d]`` and ``div u = sum_j d_j u_j``
+    ``[..., N, K]``. ``centre``: subtract the mean over the ``K`` integrands (the potentials then
+    sum to zero). With ``boundary`` every potential is multiplied by ``delta(x)``."""
+    vector = field == "vector"
+    d = x.shape[-1]
+    h = x
+    if vector:  # one tangent e_j per input, on a new axis before the units: [..., N, d, units]
+        dh = torch.eye(d, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], d, d)
+    else:
+        dh = torch.ones_like(x)
     layers = len(params) // 2
     for i in range(layers):
         W, b = params[2 * i], params[2 * i + 1]
-        h, dh = h @ W + b.unsqueeze(-2), dh @ W
+        h = h @ W + b.unsqueeze(-2)
+        dh = dh @ W.unsqueeze(-3) if vector else dh @ W
         if i < layers - 1:
             h = torch.sigmoid(h)
-            dh = h * (1 - h) * dh
+            dh = (h * (1 - h)).unsqueeze(-2) * dh if vector else h * (1 - h) * dh
+    if vector:  # u [..., N, K, d]; tangents [..., N, d_j, K, d_i]: divergence = trace over j = i
+        h = h.unflatten(-1, (-1, d))
+        dh = dh.unflatten(-1, (-1, d)).diagonal(dim1=-3, dim2=-1).sum(-1)
     if centre:
-        h, dh = h - h.mean(-1, keepdim=True), dh - dh.mean(-1, keepdim=True)
+        k_axis = -2 if vector else -1
+        h, dh = h - h.mean(k_axis, keepdim=True), dh - dh.mean(-1, keepdim=True)
     if not boundary:
         return h, dh
-    delta = boundary_factor(x)[..., None]
-    return h * delta, dh * delta + h * boundary_gradient(x).sum(-1)[..., None]
+    delta, grad = boundary_factor(x)[..., None], boundary_gradient(x)
+    if vector:
+        return h * delta[..., None], dh * delta + (h * grad[..., None, :]).sum(-1)
+    return h * delta, dh * delta + h * grad.sum(-1)[..., None]
 
 
-def potential(params: Params, x: Tensor, boundary: bool, centre: bool = False) -> Tensor:
-    """``u_theta(x) [..., N, K]`` (see :func:`potential_and_slope`)."""
-    return potential_and_slope(params, x, boundary, centre)[0]
+def potential(params: Params, x: Tensor, boundary: bool, centre: bool = False,
+              field: str = "ones") -> Tensor:
+    """The potentials ``u_theta(x)`` (see :func:`potential_and_slope`)."""
+    return potential_and_slope(params, x, boundary, centre, field)[0]
 
 
 def stein_values(params: Params, x: Tensor, score: Tensor, boundary: bool,
-                 centre: bool = False) -> Tensor:
-    """``L'[u_k 1_d](x) = sum_j d_j u_k + u_k sum_j s_j`` ``[..., N, K]`` under each task's score
-    (Eq. 5.2's base CV, one per output)."""
-    u, slope = potential_and_slope(params, x, boundary, centre)
+                 centre: bool = False, field: str = "ones") -> Tensor:
+    """``[..., N, K]`` under each task's score: ``L'[u_k 1_d] = sum_j d_j u_k + u_k sum_j s_j``
+    (Eq. 5.2's base CV, ``field="ones"``) or ``L'[u_k] = div u_k + u_k . s`` (``"vector"``)."""
+    u, slope = potential_and_slope(params, x, boundary, centre, field)
+    if field == "vector":
+        return slope + (u * score.unsqueeze(-2)).sum(-1)
     return slope + u * score.sum(-1, keepdim=True)
 
 
@@ -99,10 +137,10 @@ def _columns(fx: Tensor, x: Tensor) -> Tensor:
 
 
 def task_loss(params: Params, x: Tensor, score: Tensor, fx: Tensor, boundary: bool,
-              penalty: float, centre: bool = False) -> Tensor:
+              penalty: float, centre: bool = False, field: str = "ones") -> Tensor:
     """``[T]``: ``mean (f - beta - g)^2 + penalty mean g^2`` summed over the ``K`` integrands,
     with the intercepts profiled out (Sun 2023, §5.2 with the appendix's output penalty)."""
-    g = stein_values(params, x, score, boundary, centre)
+    g = stein_values(params, x, score, boundary, centre, field)
     r = _columns(fx, x) - g
     return ((r - r.mean(-2, keepdim=True)).pow(2).mean(-2) + penalty * g.pow(2).mean(-2)).sum(-1)
 
@@ -115,7 +153,7 @@ def per_task(params: Params, tasks: int) -> Params:
 
 
 def adapt(params: Params, x: Tensor, score: Tensor, fx: Tensor, *, steps: int, lr: float,
-          boundary: bool, penalty: float = 0.0, centre: bool = False,
+          boundary: bool, penalty: float = 0.0, centre: bool = False, field: str = "ones",
           create_graph: bool = False) -> Params:
     """``steps`` gradient steps of every task's loss on ``(x, score, fx) [T, m, ...]`` from the
     shared ``params``: per-task parameters ``[T, ...]``. ``create_graph`` keeps the steps
@@ -123,19 +161,19 @@ def adapt(params: Params, x: Tensor, score: Tensor, fx: Tensor, *, steps: int, l
     with torch.enable_grad():
         theta = per_task(params, x.shape[0])
         for _ in range(steps):
-            loss = task_loss(theta, x, score, fx, boundary, penalty, centre).sum()
+            loss = task_loss(theta, x, score, fx, boundary, penalty, centre, field).sum()
             grads = torch.autograd.grad(loss, theta, create_graph=create_graph)
             theta = [p - lr * g for p, g in zip(theta, grads)]
     return theta
 
 
 def estimate_with(theta: Params, x: Tensor, score: Tensor, fx: Tensor, boundary: bool,
-                  mode: str, centre: bool = False) -> CVEstimate:
+                  mode: str, centre: bool = False, field: str = "ones") -> CVEstimate:
     """The estimates ``[T, K]`` of each task's ``E[f]`` with fitted per-task parameters: the
     held-out mean of ``f - g`` (``split``) or the profiled intercept on all samples
     (``intercept``)."""
     m = fit_size(x.shape[-2], mode)
-    g = stein_values([p.detach() for p in theta], x, score, boundary, centre)
+    g = stein_values([p.detach() for p in theta], x, score, boundary, centre, field)
     r = _columns(fx, x) - g
     if mode == "split":
         return from_residuals(r[:, m:])
@@ -146,58 +184,72 @@ def estimate_with(theta: Params, x: Tensor, score: Tensor, fx: Tensor, boundary:
 def neural_cv_params(x: Tensor, score: Tensor, fx: Tensor, *, hidden: Sequence[int] = (80, 80),
                      epochs: int = 20, batch: int = 5, lr: float = 2e-3, penalty: float = 5e-6,
                      mode: str = "split", boundary: bool = False, centre: bool = False,
-                     seed: int = 0) -> Params:
+                     field: str = "ones", seed: int | Sequence[int] = 0) -> Params:
     """Independent neural CVs for ``T`` tasks at once (``x [T, N, d]``, ``fx [T, N(, K)]``, one
     output per integrand): Adam on mini-batches of each task's fitting samples (the thesis's
-    Neural-CV baseline: 20 epochs, batches of 5); the fitted per-task parameters."""
-    g = torch.Generator().manual_seed(seed)
-    m = fit_size(x.shape[-2], mode)
-    outputs = _columns(fx, x).shape[-1]
-    theta = [p.expand(x.shape[0], *p.shape).clone().requires_grad_(True)
-             for p in init_params(x.shape[-1], hidden, outputs=outputs, generator=g,
-                                  dtype=x.dtype)]
+    Neural-CV baseline: 20 epochs, batches of 5); the fitted per-task parameters. ``seed``: one
+    seed for every task (one initialisation and one mini-batch order, shared), or one per task
+    (each task draws both from its own generator, so a task's fit is the same alone or batched
+    with others)."""
+    T, m = x.shape[0], fit_size(x.shape[-2], mode)
+    outputs = field_outputs(_columns(fx, x).shape[-1], x.shape[-1], field)
+    shared = isinstance(seed, int)
+    gens = [torch.Generator().manual_seed(s) for s in ([seed] if shared else seed)]
+    if len(gens) != (1 if shared else T):
+        raise ValueError(f"neural_cv_params: {len(gens)} seeds for {T} tasks; give one seed or "
+                         "one per task")
+    inits = [init_params(x.shape[-1], hidden, outputs=outputs, generator=g, dtype=x.dtype)
+             for g in gens]
+    theta = [torch.stack(ps).expand(T, *ps[0].shape).clone().requires_grad_(True)
+             for ps in zip(*inits)]
     opt = torch.optim.Adam(theta, lr=lr)
+    rows = torch.arange(T)[:, None]
     with torch.enable_grad():  # also when called for a prediction under no_grad
         for _ in range(epochs):
-            order = torch.randperm(m, generator=g)
+            order = torch.stack([torch.randperm(m, generator=g) for g in gens]).expand(T, m)
             for start in range(0, m, batch):
-                idx = order[start:start + batch]
-                if len(idx) < 2:
+                idx = order[:, start:start + batch]
+                if idx.shape[1] < 2:
                     continue
                 opt.zero_grad()
-                task_loss(theta, x[:, idx], score[:, idx], fx[:, idx], boundary, penalty,
-                          centre).sum().backward()
+                task_loss(theta, x[rows, idx], score[rows, idx], fx[rows, idx], boundary,
+                          penalty, centre, field).sum().backward()
                 opt.step()
     return [p.detach() for p in theta]
 
 
 def fit_neural_cv(x: Tensor, score: Tensor, fx: Tensor, *, mode: str = "split",
-                  boundary: bool = False, centre: bool = False, **options) -> CVEstimate:
+                  boundary: bool = False, centre: bool = False, field: str = "ones",
+                  **options) -> CVEstimate:
     """The estimates of :func:`neural_cv_params`' fitted CVs (``options``: its keywords)."""
-    theta = neural_cv_params(x, score, fx, mode=mode, boundary=boundary, centre=centre, **options)
-    return estimate_with(theta, x, score, fx, boundary, mode, centre)
+    theta = neural_cv_params(x, score, fx, mode=mode, boundary=boundary, centre=centre,
+                             field=field, **options)
+    return estimate_with(theta, x, score, fx, boundary, mode, centre, field)
 
 
 class MetaCV(nn.Module):
     """A meta-learned neural CV (Sun 2023, Algorithms 6-7): meta-parameters ``theta`` of an MLP
-    with ``outputs`` potentials (one per integrand of a task; ``centre`` makes them sum to zero),
-    ``steps`` inner gradient steps of size ``inner_lr`` on each task's fitting half, the split
-    estimate."""
+    with ``outputs`` potentials (one per integrand of a task, each a ``field``; ``centre`` makes
+    them sum to zero), ``steps`` inner gradient steps of size ``inner_lr`` on each task's fitting
+    half, the split estimate."""
 
     def __init__(self, dim: int, *, hidden: Sequence[int] = (80, 80), outputs: int = 1,
                  steps: int = 1, inner_lr: float = 0.01, penalty: float = 5e-6,
                  first_order: bool = False, boundary: bool = False, centre: bool = False,
-                 seed: int = 0):
+                 field: str = "ones", seed: int = 0):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
-        self.params = nn.ParameterList(init_params(dim, hidden, outputs=outputs, generator=g))
+        self.params = nn.ParameterList(init_params(
+            dim, hidden, outputs=field_outputs(outputs, dim, field), generator=g))
         self.steps, self.inner_lr, self.penalty = steps, inner_lr, penalty
         self.first_order, self.boundary, self.centre = first_order, boundary, centre
+        self.field = field
 
     def adapt(self, x: Tensor, score: Tensor, fx: Tensor, *, training: bool = False) -> Params:
         """Per-task parameters after the inner steps on ``(x, score, fx) [T, m, ...]``."""
         return adapt(list(self.params), x, score, fx, steps=self.steps, lr=self.inner_lr,
                      boundary=self.boundary, penalty=self.penalty, centre=self.centre,
+                     field=self.field,
                      create_graph=training and not self.first_order)
 
     def meta_loss(self, x: Tensor, score: Tensor, fx: Tensor) -> Tensor:
@@ -206,8 +258,9 @@ class MetaCV(nn.Module):
         m = fit_size(x.shape[-2], "split")
         fx = _columns(fx, x)
         theta = self.adapt(x[:, :m], score[:, :m], fx[:, :m], training=True)
-        g_fit = stein_values(theta, x[:, :m], score[:, :m], self.boundary, self.centre)
-        g_held = stein_values(theta, x[:, m:], score[:, m:], self.boundary, self.centre)
+        g_fit = stein_values(theta, x[:, :m], score[:, :m], self.boundary, self.centre, self.field)
+        g_held = stein_values(theta, x[:, m:], score[:, m:], self.boundary, self.centre,
+                              self.field)
         beta = (fx[:, :m] - g_fit).mean(-2, keepdim=True)
         return (fx[:, m:] - beta - g_held).pow(2).mean(-2).sum(-1).mean()
 
@@ -215,4 +268,4 @@ class MetaCV(nn.Module):
         """Algorithm 7 for ``T`` tasks at once: adapt on the fitting half, estimate (Eq. 5.2)."""
         m = fit_size(x.shape[-2], mode)
         theta = self.adapt(x[:, :m], score[:, :m], fx[:, :m])
-        return estimate_with(theta, x, score, fx, self.boundary, mode, self.centre)
+        return estimate_with(theta, x, score, fx, self.boundary, mode, self.centre, self.field)

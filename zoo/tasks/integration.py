@@ -67,20 +67,45 @@ class Estimate:
 
 
 class IntegrationMethod(TaskMethod):
-    """Base of an integration method, built as ``cls(dim=..., **hparams)``."""
+    """Base of an integration method, built as ``cls(dim=..., **hparams)``. A method whose fit
+    batches over tasks sets ``batched`` and implements :meth:`estimate_batch`; the runner then
+    estimates a cell's test problems together before asking for them one by one."""
 
     task = "integration"
+    batched: ClassVar[bool] = False
 
     def __init__(self, *, dim: int, **hparams: Any):
         super().__init__(**hparams)
         self.dim = dim
+        self._prepared: dict[bytes, Estimate] = {}
 
     @abstractmethod
     def estimate(self, problem: IntegrationProblem) -> Estimate:
         """The estimate of ``E_pi[f]`` from the problem's samples."""
 
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+        """The estimates of several problems (one family, one budget), equal to :meth:`estimate`
+        on each; a ``batched`` method fits them at once here."""
+        return [self.estimate(p) for p in problems]
+
+    def prepare(self, problems: Sequence[IntegrationProblem]) -> None:
+        """Estimate ``problems`` together (``batched`` methods) and keep the estimates until
+        :meth:`prepared` hands each out once; replaces what an earlier call kept."""
+        self._prepared = {}
+        if self.batched and problems:
+            self._prepared = dict(zip(map(_key, problems), self.estimate_batch(problems)))
+
+    def prepared(self, problem: IntegrationProblem) -> Estimate | None:
+        """The estimate :meth:`prepare` made of ``problem`` (the same samples), or ``None``."""
+        return self._prepared.pop(_key(problem), None)
+
     def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
         raise ZooError(f"method {self.name!r} is not meta-trained; set train_episodes = 0")
+
+
+def _key(problem: IntegrationProblem) -> bytes:
+    """A problem's identity: the bytes of its samples and integrand values."""
+    return b"".join(t.detach().cpu().numpy().tobytes() for t in (problem.x, problem.fx))
 
 
 def task_seed(seed: int, family: str, split: str, samples: int, index: int) -> int:
@@ -148,8 +173,14 @@ class Integration(Task):
         n = shape["train_samples"] if split in ("train", "val") else shape["samples"]
         return lambda i: sample_task(dataset, split, seed, n, i)
 
+    def prepare(self, method: IntegrationMethod, get: GetEpisode, indices: Sequence[int]) -> None:
+        """A ``batched`` method estimates the cell's test problems together; :meth:`predict` then
+        returns the stored estimate of each (the same numbers as one at a time, tested)."""
+        method.prepare([get(i).problem for i in indices] if method.batched else [])
+
     def predict(self, method: IntegrationMethod, episode: IntegrationEpisode) -> Estimate:
-        return method.estimate(episode.problem)
+        prepared = method.prepared(episode.problem)
+        return prepared if prepared is not None else method.estimate(episode.problem)
 
     def check(self, prediction: Any, episode: IntegrationEpisode, method: str) -> None:
         if not isinstance(prediction, Estimate):
