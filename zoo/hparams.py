@@ -142,6 +142,10 @@ class Configurable:
 
     name: ClassVar[str]
     hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {}
+    #: The trainer may evaluate a meta-batch's episodes as one vmapped call of ``meta_loss``
+    #: (:mod:`zoo.batching`): it is a function of the episode's tensors alone (no draws seeded
+    #: per episode, no Python branch on tensor values outside the core's checks).
+    batches_episodes: ClassVar[bool] = False
 
     @classmethod
     def all_hparams(cls) -> dict[str, HParam]:

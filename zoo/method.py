@@ -17,8 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from zoo.backbones import Backbone
+from zoo.batching import in_batched_call
 from zoo.episode import Episode
-from zoo.errors import HyperParameterError
+from zoo.errors import HyperParameterError, ZooError
 from zoo.hparams import Configurable, HParam
 from zoo.kernels import Kernel
 
@@ -145,7 +146,13 @@ def draw_seed(episode: Episode, salt: int | None = None) -> int:
     """The seed of an estimator's draws for ``episode``, so that a prediction is a function of
     (weights, episode) alone: a 62-bit seed drawn from :func:`episode_generator` with ``salt``
     (one salt per use, e.g. inner loop and predictive), or, with ``salt=None``, the episode's own
-    seed reduced to 31 bits (the stream dkt and logistic-softmax have always used)."""
+    seed reduced to 31 bits (the stream dkt and logistic-softmax have always used).
+
+    Not inside a batched meta-loss (:mod:`zoo.batching`): its episodes each have their own seed."""
+    if in_batched_call():
+        raise ZooError("draws seeded per episode (zoo.method.draw_seed) cannot be made inside a "
+                       "batched meta-loss, whose episodes each have their own seed; a method whose "
+                       "meta_loss draws must keep batches_episodes = False")
     if salt is None:
         return int(episode.info.get("seed", 0)) % 2**31
     return int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))

@@ -40,6 +40,8 @@ class MDBFSC(GPMethod):
 
     name: ClassVar[str] = "md-bfsc"
     inner: ClassVar[str] = "md"
+    # the inner loop's draws are seeded per episode (draw_seed): a meta-batch runs episode by episode
+    batches_episodes: ClassVar[bool] = False
     hyperparameters = {
         "steps_train": HParam(3, ge=0, doc="inner steps in meta-training"),
         "rho_train": HParam(1.0, gt=0, le=1, doc="mirror-descent step size in meta-training"),

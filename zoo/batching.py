@@ -1,0 +1,165 @@
+"""The episodes of a meta-batch as one batched call: ``torch.func.vmap`` of a method's meta-loss
+over a stack of same-shaped episodes, so the backbone, the kernel and the GP algebra (batched over
+classes already) each run once, with a leading episode axis, instead of once per episode.
+
+The numbers are the per-episode loop's (up to the order of floating-point sums):
+
+* BatchNorm in training mode normalises each episode with that episode's own statistics: vmap's
+  rule for batch norm takes them per vmapped element, exactly as one call per episode does (a
+  plain concatenation of the episodes would pool them). The running averages are updated in a copy
+  per episode and then combined into what the loop's sequence of updates gives: with ``k`` updates
+  per episode at momentum ``m`` and ``a = (1 - m)^k``, ``r <- a r + (r_e - a r_0)`` for
+  ``e = 1..E`` (each episode's update is affine in the running average).
+* Checks that branch on values (finite features, a Cholesky factorisation that would need jitter)
+  cannot run inside vmap. Inside a batched call they are collected (:func:`defer_check`) and
+  returned with the losses; when one fails, or a loss is not finite, the batched result is dropped
+  (no gradient, no running average touched) and the caller replays the meta-batch episode by
+  episode, so errors, jitter uses and skipped steps are the loop's exactly.
+
+A method opts in with ``batches_episodes = True`` (:class:`~zoo.hparams.Configurable`): its
+meta-loss is a function of the episode's tensors alone, with no Python branch on their values
+outside the core's checks. Draws seeded by the episode (:func:`zoo.method.draw_seed`) are host
+integers per episode, which one vmapped call cannot carry; such a method keeps the loop, and
+``draw_seed`` raises inside a batched call, so a wrong declaration fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from zoo.errors import NumericalError
+
+#: The checks deferred by the batched call in progress (``None`` outside one).
+_CHECKS: ContextVar[list[Tensor] | None] = ContextVar("zoo_batched_checks", default=None)
+
+RUNNING = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def in_batched_call() -> bool:
+    """Whether a batched meta-loss (:func:`batched_losses`) is being evaluated."""
+    return _CHECKS.get() is not None
+
+
+def defer_check(ok: Tensor) -> bool:
+    """Inside a batched call, record the boolean tensor ``ok`` (all true: the check passes) for
+    the end of the call and return True; outside one, return False (check it now)."""
+    checks = _CHECKS.get()
+    if checks is None:
+        return False
+    checks.append(ok.all())
+    return True
+
+
+@contextmanager
+def _collecting() -> Iterator[list[Tensor]]:
+    checks: list[Tensor] = []
+    token = _CHECKS.set(checks)
+    try:
+        yield checks
+    finally:
+        _CHECKS.reset(token)
+
+
+def stack_episodes(episodes: Sequence[Any]) -> dict[str, Tensor] | None:
+    """The tensor fields of same-shaped dataclass episodes stacked on a new leading axis, or
+    ``None`` when their shapes, dtypes or other fields (way, shot; ``info`` aside) differ."""
+    first = episodes[0]
+    stacked: dict[str, Tensor] = {}
+    for f in dataclasses.fields(first):
+        values = [getattr(e, f.name) for e in episodes]
+        if isinstance(values[0], Tensor):
+            if any(not isinstance(v, Tensor) or v.shape != values[0].shape
+                   or v.dtype != values[0].dtype for v in values):
+                return None
+            stacked[f.name] = torch.stack(values)
+        elif f.name != "info" and any(v != values[0] for v in values):
+            return None
+    return stacked
+
+
+def _batch_norms(module: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm] | None:
+    """The BatchNorm layers that update running averages in this call, by name; ``None`` when one
+    uses a cumulative average (``momentum=None``), which is not combined here."""
+    found = {}
+    for name, m in module.named_modules():
+        if (isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training
+                and m.track_running_stats and m.running_mean is not None):
+            if m.momentum is None:
+                return None
+            found[name] = m
+    return found
+
+
+def _combine(norm: nn.modules.batchnorm._BatchNorm, per_episode: dict[str, Tensor]) -> None:
+    """Write into ``norm`` the running averages of the loop's updates, from each episode's
+    update of its own copy (see the module docstring)."""
+    m = float(norm.momentum)  # type: ignore[arg-type]
+    steps = per_episode["num_batches_tracked"] - norm.num_batches_tracked
+    for key in ("running_mean", "running_var"):
+        r0 = getattr(norm, key)
+        r = r0.clone()
+        for k, r_e in zip(steps.tolist(), per_episode[key], strict=True):
+            a = (1 - m) ** k
+            r = a * r + (r_e - a * r0)
+        r0.copy_(r)
+    norm.num_batches_tracked.add_(steps.sum())
+
+
+class _Call(nn.Module):
+    """``loss(episode)`` as a module's forward, so ``functional_call`` can swap the buffers."""
+
+    def __init__(self, method: nn.Module, loss: Callable[[Any], Tensor]):
+        super().__init__()
+        self.method, self.loss = method, loss
+
+    def forward(self, episode: Any) -> Tensor:
+        return self.loss(episode)
+
+
+def batched_losses(method: nn.Module, episodes: Sequence[Any],
+                   loss: Callable[[Any], Tensor]) -> Tensor | None:
+    """The losses ``[E]`` of ``episodes`` under ``method`` from one vmapped call of ``loss`` (the
+    method's meta-loss on one episode), with the loop's BatchNorm statistics and running averages;
+    ``None`` (nothing evaluated or changed: run the loop) when the method does not declare
+    ``batches_episodes``, there are fewer than two episodes, their shapes differ, a BatchNorm layer
+    keeps a cumulative average, or a deferred check fails or a loss is not finite."""
+    if len(episodes) < 2 or not getattr(method, "batches_episodes", False):
+        return None
+    stacked = stack_episodes(episodes)
+    norms = _batch_norms(method)
+    if stacked is None or norms is None:
+        return None
+    E = len(episodes)
+    buffers = {f"method.{name}.{key}": getattr(m, key).expand(E, *getattr(m, key).shape).clone()
+               for name, m in norms.items() for key in RUNNING}
+    info = dict(episodes[0].info)
+    info.pop("seed", None)  # one seed per episode: not one the batched call could use
+    info["index"] = "/".join(str(e.info.get("index", "?")) for e in episodes)
+    template = dataclasses.replace(episodes[0], info=info)
+    call = _Call(method, loss)
+
+    def one(state: dict[str, Tensor], tensors: dict[str, Tensor]) -> tuple[Tensor, Tensor,
+                                                                           dict[str, Tensor]]:
+        with _collecting() as checks:
+            value = functional_call(call, state, (dataclasses.replace(template, **tensors),))
+        ok = torch.stack(checks).all() if checks else torch.ones((), dtype=torch.bool)
+        return value, ok, state
+
+    try:
+        losses, ok, updated = vmap(one)(buffers, stacked)
+    except NumericalError:
+        return None
+    if not bool(ok.all() & torch.isfinite(losses).all()):
+        return None
+    with torch.no_grad():
+        for name, m in norms.items():
+            _combine(m, {key: updated[f"method.{name}.{key}"] for key in RUNNING})
+    return losses
