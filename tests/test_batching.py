@@ -10,12 +10,13 @@ import pytest
 import torch
 from torch import nn
 from zoo_dkt import DKT
-from zoo_md_bfsc import MDBFSC
+from zoo_md_bfsc import GDBFSC, MDBFSC
 
 from zoo import Method, Prediction
-from zoo.batching import batched_losses, stack_episodes
+from zoo.batching import _Batch, _entered, batched_losses, per_episode, stack_episodes
 from zoo.errors import ZooError
 from zoo.jitter import JitterPolicy
+from zoo.method import draw_seed
 from zoo.testing import build_for_tests, toy_episode
 
 
@@ -47,17 +48,32 @@ def test_the_loop_runs_where_one_call_cannot(episodes):
     assert unchanged(method, before)
 
 
-def test_a_method_that_draws_per_episode_declares_it_and_keeps_the_loop():
-    assert not MDBFSC.batches_episodes and DKT.batches_episodes
-    method = build_for_tests("md-bfsc", 3, steps_train=1, samples_train=8).train()
-    assert batched_losses(method, batch(), method.meta_loss) is None
+def test_draws_are_each_episodes_own_and_a_method_that_cannot_declares_it():
+    assert DKT.batches_episodes and not GDBFSC.batches_episodes
+    elbo = build_for_tests("md-bfsc", 3, steps_train=1, samples_train=8)
+    predictive = build_for_tests("md-bfsc", 3, steps_train=1, samples_train=8, loss="predictive")
+    assert elbo.batches_episodes and not predictive.batches_episodes
+    assert batched_losses(predictive.train(), batch(), predictive.meta_loss) is None
 
-    class Declares(MDBFSC):  # a wrong declaration fails loudly, it does not share one seed
+    class Declares(MDBFSC):  # a wrong declaration fails loudly: it does not share one seed
         batches_episodes = True
 
-    wrong = Declares(method.backbone, way=3, kernel=method.kernel, steps_train=1, samples_train=8)
-    with pytest.raises(ZooError, match="batches_episodes = False"):
+    wrong = Declares(elbo.backbone, way=3, kernel=elbo.kernel, steps_train=1, samples_train=8,
+                     loss="predictive")
+    with pytest.raises(ZooError, match="per_episode"):
         batched_losses(wrong.train(), batch(), wrong.meta_loss)
+
+
+def test_per_episode_draws_are_the_loops():
+    episodes = batch()
+    seeds = torch.stack([torch.tensor(draw_seed(e, 1)) for e in episodes])
+
+    def one(slot):
+        with _entered(_Batch(episodes, slot)):
+            return per_episode(episodes[0], lambda e: torch.tensor(draw_seed(e, 1)))
+
+    assert torch.equal(torch.func.vmap(one, randomness="same")(torch.arange(3)), seeds)
+    assert per_episode(episodes[1], lambda e: torch.tensor(draw_seed(e, 1))) == seeds[1]
 
 
 def test_a_failed_check_drops_the_batched_result_untouched():

@@ -16,11 +16,17 @@ The numbers are the per-episode loop's (up to the order of floating-point sums):
   (no gradient, no running average touched) and the caller replays the meta-batch episode by
   episode, so errors, jitter uses and skipped steps are the loop's exactly.
 
+* Draws seeded by the episode (:func:`zoo.method.draw_seed`: a host integer per episode, which
+  one vmapped call cannot carry) are made through :func:`per_episode`: for every episode of the
+  meta-batch with its own seed, stacked, and picked by the vmapped episode slot; they are the
+  loop's draws. ``draw_seed`` itself raises inside a batched call, so a method that draws another
+  way fails loudly instead of sharing one seed. (The call runs with vmap's ``randomness="same"``
+  so that these explicitly seeded draws may run inside it; a meta-loss that draws from the global
+  RNG cannot match the loop and must not declare the capability.)
+
 A method opts in with ``batches_episodes = True`` (:class:`~zoo.hparams.Configurable`): its
-meta-loss is a function of the episode's tensors alone, with no Python branch on their values
-outside the core's checks. Draws seeded by the episode (:func:`zoo.method.draw_seed`) are host
-integers per episode, which one vmapped call cannot carry; such a method keeps the loop, and
-``draw_seed`` raises inside a batched call, so a wrong declaration fails loudly.
+meta-loss is a function of the episode's tensors and of draws made through :func:`per_episode`,
+with no Python branch on tensor values outside the core's checks.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -37,35 +44,67 @@ from torch.func import functional_call, vmap
 
 from zoo.errors import NumericalError
 
-#: The checks deferred by the batched call in progress (``None`` outside one).
-_CHECKS: ContextVar[list[Tensor] | None] = ContextVar("zoo_batched_checks", default=None)
 
+@dataclass
+class _Batch:
+    """The batched call in progress: its episodes, the vmapped slot (``0..E-1``, one per
+    episode) and the checks deferred so far."""
+
+    episodes: Sequence[Any]
+    slot: Tensor
+    checks: list[Tensor] = field(default_factory=list)
+
+
+_BATCH: ContextVar[_Batch | None] = ContextVar("zoo_batched_call", default=None)
+
+T = TypeVar("T")
 RUNNING = ("running_mean", "running_var", "num_batches_tracked")
 
 
 def in_batched_call() -> bool:
     """Whether a batched meta-loss (:func:`batched_losses`) is being evaluated."""
-    return _CHECKS.get() is not None
+    return _BATCH.get() is not None
 
 
 def defer_check(ok: Tensor) -> bool:
     """Inside a batched call, record the boolean tensor ``ok`` (all true: the check passes) for
     the end of the call and return True; outside one, return False (check it now)."""
-    checks = _CHECKS.get()
-    if checks is None:
+    batch = _BATCH.get()
+    if batch is None:
         return False
-    checks.append(ok.all())
+    batch.checks.append(ok.all())
     return True
 
 
-@contextmanager
-def _collecting() -> Iterator[list[Tensor]]:
-    checks: list[Tensor] = []
-    token = _CHECKS.set(checks)
+def per_episode(episode: Any, make: Callable[[Any], T]) -> T:
+    """``make(episode)``: a tensor, or a dataclass of tensors, made from host values of the
+    episode (the draws its seed gives, :func:`zoo.method.draw_seed`). Inside a batched call each
+    episode gets its own: ``make`` runs on every episode of the meta-batch, outside the vmap, and
+    the results are stacked and indexed by the call's vmapped slot, so the draws are those the
+    loop would make."""
+    batch = _BATCH.get()
+    if batch is None:
+        return make(episode)
+    token = _BATCH.set(None)
     try:
-        yield checks
+        made = [make(e) for e in batch.episodes]
     finally:
-        _CHECKS.reset(token)
+        _BATCH.reset(token)
+    first = made[0]
+    if isinstance(first, Tensor):
+        return torch.stack(made)[batch.slot]  # type: ignore[return-value]
+    return dataclasses.replace(first, **{  # type: ignore[type-var]
+        f.name: torch.stack([getattr(m, f.name) for m in made])[batch.slot]
+        for f in dataclasses.fields(first) if isinstance(getattr(first, f.name), Tensor)})
+
+
+@contextmanager
+def _entered(batch: _Batch) -> Iterator[_Batch]:
+    token = _BATCH.set(batch)
+    try:
+        yield batch
+    finally:
+        _BATCH.reset(token)
 
 
 def stack_episodes(episodes: Sequence[Any]) -> dict[str, Tensor] | None:
@@ -146,15 +185,17 @@ def batched_losses(method: nn.Module, episodes: Sequence[Any],
     template = dataclasses.replace(episodes[0], info=info)
     call = _Call(method, loss)
 
-    def one(state: dict[str, Tensor], tensors: dict[str, Tensor]) -> tuple[Tensor, Tensor,
-                                                                           dict[str, Tensor]]:
-        with _collecting() as checks:
+    def one(state: dict[str, Tensor], tensors: dict[str, Tensor],
+            slot: Tensor) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        with _entered(_Batch(episodes, slot)) as batch:
             value = functional_call(call, state, (dataclasses.replace(template, **tensors),))
+        checks = batch.checks
         ok = torch.stack(checks).all() if checks else torch.ones((), dtype=torch.bool)
         return value, ok, state
 
+    slots = torch.arange(E, device=stacked[next(iter(stacked))].device)
     try:
-        losses, ok, updated = vmap(one)(buffers, stacked)
+        losses, ok, updated = vmap(one, randomness="same")(buffers, stacked, slots)
     except NumericalError:
         return None
     if not bool(ok.all() & torch.isfinite(losses).all()):

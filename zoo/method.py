@@ -148,11 +148,12 @@ def draw_seed(episode: Episode, salt: int | None = None) -> int:
     (one salt per use, e.g. inner loop and predictive), or, with ``salt=None``, the episode's own
     seed reduced to 31 bits (the stream dkt and logistic-softmax have always used).
 
-    Not inside a batched meta-loss (:mod:`zoo.batching`): its episodes each have their own seed."""
+    Not inside a batched meta-loss (:mod:`zoo.batching`), whose episodes each have their own seed:
+    there, :func:`zoo.batching.per_episode` calls it for each."""
     if in_batched_call():
-        raise ZooError("draws seeded per episode (zoo.method.draw_seed) cannot be made inside a "
-                       "batched meta-loss, whose episodes each have their own seed; a method whose "
-                       "meta_loss draws must keep batches_episodes = False")
+        raise ZooError("draw_seed called inside a batched meta-loss, whose episodes each have "
+                       "their own seed: make the draws through zoo.batching.per_episode (e.g. "
+                       "LatentGaussianMethod.rule), or keep the method's batches_episodes False")
     if salt is None:
         return int(episode.info.get("seed", 0)) % 2**31
     return int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))

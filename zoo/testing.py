@@ -446,7 +446,7 @@ def check_batched_meta_loss(name: str, way: int = 3, shot: int = 2, episodes: in
     batch = [dataclasses.replace(e, support_x=e.support_x.to(dtype), query_x=e.query_x.to(dtype))
              for e in batch]
     looped, batched = (build_for_tests(name, way, **hparams).to(dtype).train() for _ in range(2))
-    assert type(batched).batches_episodes, f"{name} does not declare batches_episodes"
+    assert batched.batches_episodes, f"{name} does not declare batches_episodes"
     expected = []
     for e in batch:
         loss = looped.meta_loss(e)

@@ -21,6 +21,7 @@ from zoo.plugins import registry
 from zoo.testing import (
     build_for_tests,
     check_algebra_routes,
+    check_batched_meta_loss,
     check_method,
     exact_expected_log_softmax,
     softmax_marginals,
@@ -385,3 +386,11 @@ def test_meta_gradient_equals_finite_differences(loss):
             down = float(meta_loss())
             p += h
         assert float(grad) == pytest.approx((up - down) / (2 * h), rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype, rtol, grad_rtol", [(torch.float32, 1e-6, 1e-5),
+                                                    (torch.float64, 1e-10, 1e-10)])
+def test_a_batched_meta_batch_equals_the_episode_loop(dtype, rtol, grad_rtol):
+    """The ELBO objective: Conv4S's BatchNorm per episode, each episode's own Sobol draws."""
+    check_batched_meta_loss("md-bfsc", dtype=dtype, rtol=rtol, grad_rtol=grad_rtol,
+                            steps_train=2, samples_train=32)

@@ -18,7 +18,6 @@ from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
-from zoo.method import draw_seed
 from zoo.variational import SoftmaxLikelihood, SoftmaxMean
 from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
 
@@ -40,8 +39,6 @@ class MDBFSC(GPMethod):
 
     name: ClassVar[str] = "md-bfsc"
     inner: ClassVar[str] = "md"
-    # the inner loop's draws are seeded per episode (draw_seed): a meta-batch runs episode by episode
-    batches_episodes: ClassVar[bool] = False
     hyperparameters = {
         "steps_train": HParam(3, ge=0, doc="inner steps in meta-training"),
         "rho_train": HParam(1.0, gt=0, le=1, doc="mirror-descent step size in meta-training"),
@@ -53,6 +50,13 @@ class MDBFSC(GPMethod):
         "normalize": HParam(True, doc="L2-normalise features before the kernel"),
     }
 
+    @property
+    def batches_episodes(self) -> bool:  # type: ignore[override]
+        """A meta-batch is one batched call (:mod:`zoo.batching`) with the ELBO objective, whose
+        draws are a rule per episode (:meth:`rule`); the predictive objective's expectation goes
+        through the estimator's own seeding, so it runs episode by episode."""
+        return self.hparams["loss"] == "elbo"
+
     def features(self, x: Tensor) -> Tensor:
         z = self.backbone(x)
         return F.normalize(z, dim=-1) if self.hparams["normalize"] else z
@@ -63,8 +67,7 @@ class MDBFSC(GPMethod):
                   samples: int, trace: bool = False, final_elbo: bool = False) -> InnerResult:
         """The inner loop on prior covariances ``K [C, N, N]`` and labels ``[N]``."""
         onehot = F.one_hot(labels, episode.way).to(DTYPE)
-        rule = self.estimator(samples=samples).rule(episode.way, seed=draw_seed(episode, salt=1),
-                                                    device=K.device)
+        rule = self.rule(episode, episode.way, salt=1, device=K.device, samples=samples)
         likelihood = SoftmaxLikelihood(onehot, rule)
         return INNER_LOOPS[self.inner](K, likelihood, steps, rho, jitter=self.jitter,
                                        episode=episode.id, trace=trace, final_elbo=final_elbo,
@@ -121,6 +124,7 @@ class GDBFSC(MDBFSC):
 
     name: ClassVar[str] = "gd-bfsc"
     inner: ClassVar[str] = "gd"
+    batches_episodes: ClassVar[bool] = False  # its divergence checks branch on values
     hyperparameters = {
         "rho_train": HParam(0.02, gt=0, doc="gradient step size in meta-training"),
         "rho_test": HParam(0.02, gt=0, doc="gradient step size at test"),
