@@ -17,7 +17,7 @@ from zoo.batching import _Batch, _entered, batched_losses, per_episode, stack_ep
 from zoo.errors import ZooError
 from zoo.jitter import JitterPolicy
 from zoo.method import draw_seed
-from zoo.testing import build_for_tests, toy_episode
+from zoo.testing import build_for_tests, check_batched_meta_loss, toy_episode
 
 
 def batch(n: int = 3, way: int = 3, shot: int = 1) -> list:
@@ -142,3 +142,11 @@ def test_running_averages_of_a_meta_batch_are_the_loops_in_any_mode():
     expected = dict(looped.named_buffers())
     for key, b in batched.named_buffers():
         assert torch.allclose(b, expected[key], rtol=1e-12, atol=1e-14), key
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["protonet", "dkt", "md-bfsc"])
+def test_a_batched_meta_batch_equals_the_loop_on_cuda(name):
+    options = {"steps_train": 2, "samples_train": 32} if name == "md-bfsc" else {}
+    check_batched_meta_loss(name, dtype=torch.float64, rtol=1e-10, grad_rtol=1e-10,
+                            device="cuda", **options)

@@ -13,6 +13,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 - :func:`check_task`: a task kind with one of its methods on one data set: episodes that are a
   function of their coordinates, an admissible prediction, a JSON record, a summary and a finite
   selection value from the kind's own functions.
+- :func:`check_batched_meta_loss`: a method that declares ``batches_episodes`` gives the
+  per-episode loop's losses, gradients and BatchNorm running averages from one batched call over
+  a meta-batch (:mod:`zoo.batching`).
 - :func:`check_regression_method`: a regression method at context sizes 0, 1 and 5: a finite
   ``meta_loss`` that reaches its parameters, an admissible prediction that does not depend on the
   global RNG, and, where it has evidence bounds, ``ELBO <= IW bound`` (exact on shared draws).
@@ -432,7 +435,8 @@ def check_algebra_routes(cls: type[Method], capture: str, kernel: str = "cosine"
 
 def check_batched_meta_loss(name: str, way: int = 3, shot: int = 2, episodes: int = 3,
                             dtype: torch.dtype = torch.float32, rtol: float = 1e-6,
-                            grad_rtol: float | None = None, **hparams: Any) -> None:
+                            grad_rtol: float | None = None, device: str = "cpu",
+                            **hparams: Any) -> None:
     """A method that declares ``batches_episodes`` gives, from one batched call of its meta-loss
     over a meta-batch (:func:`zoo.batching.batched_losses`), the per-episode loop's numbers on a
     Conv4S backbone (BatchNorm in training mode: statistics per episode): the losses and the
@@ -443,9 +447,10 @@ def check_batched_meta_loss(name: str, way: int = 3, shot: int = 2, episodes: in
     from zoo.batching import batched_losses
 
     batch = [toy_episode(way, shot, seed=s) for s in range(episodes)]
-    batch = [dataclasses.replace(e, support_x=e.support_x.to(dtype), query_x=e.query_x.to(dtype))
-             for e in batch]
-    looped, batched = (build_for_tests(name, way, **hparams).to(dtype).train() for _ in range(2))
+    batch = [dataclasses.replace(e.to(device), support_x=e.support_x.to(device, dtype),
+                                 query_x=e.query_x.to(device, dtype)) for e in batch]
+    looped, batched = (build_for_tests(name, way, **hparams).to(device, dtype).train()
+                       for _ in range(2))
     assert batched.batches_episodes, f"{name} does not declare batches_episodes"
     expected = []
     for e in batch:

@@ -388,9 +388,14 @@ def test_meta_gradient_equals_finite_differences(loss):
         assert float(grad) == pytest.approx((up - down) / (2 * h), rel=1e-3, abs=1e-6)
 
 
-@pytest.mark.parametrize("dtype, rtol, grad_rtol", [(torch.float32, 1e-6, 1e-5),
-                                                    (torch.float64, 1e-10, 1e-10)])
-def test_a_batched_meta_batch_equals_the_episode_loop(dtype, rtol, grad_rtol):
-    """The ELBO objective: Conv4S's BatchNorm per episode, each episode's own Sobol draws."""
+@pytest.mark.parametrize("dtype, rtol, grad_rtol, options", [
+    (torch.float32, 1e-6, 1e-5, {}),
+    (torch.float64, 1e-10, 1e-10, {}),
+    (torch.float64, 1e-10, 1e-10, {"algebra": "features", "kernel": "cosine"}),
+    (torch.float64, 1e-10, 1e-10, {"algebra": "nystrom", "inducing": 4}),
+], ids=["float32", "float64", "features", "nystrom"])
+def test_a_batched_meta_batch_equals_the_episode_loop(dtype, rtol, grad_rtol, options):
+    """The ELBO objective: Conv4S's BatchNorm per episode, each episode's own Sobol draws, on
+    every algebra route."""
     check_batched_meta_loss("md-bfsc", dtype=dtype, rtol=rtol, grad_rtol=grad_rtol,
-                            steps_train=2, samples_train=32)
+                            steps_train=2, samples_train=32, **options)
