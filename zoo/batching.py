@@ -15,7 +15,6 @@ The numbers are the per-episode loop's (up to the order of floating-point sums):
   returned with the losses; when one fails, or a loss is not finite, the batched result is dropped
   (no gradient, no running average touched) and the caller replays the meta-batch episode by
   episode, so errors, jitter uses and skipped steps are the loop's exactly.
-
 * Draws seeded by the episode (:func:`zoo.method.draw_seed`: a host integer per episode, which
   one vmapped call cannot carry) are made through :func:`per_episode`: for every episode of the
   meta-batch with its own seed, stacked, and picked by the vmapped episode slot; they are the
@@ -137,15 +136,15 @@ def _batch_norms(module: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm
     return found
 
 
-def _combine(norm: nn.modules.batchnorm._BatchNorm, per_episode: dict[str, Tensor]) -> None:
+def _combine(norm: nn.modules.batchnorm._BatchNorm, updated: dict[str, Tensor]) -> None:
     """Write into ``norm`` the running averages of the loop's updates, from each episode's
     update of its own copy (see the module docstring)."""
     m = float(norm.momentum)  # type: ignore[arg-type]
-    steps = per_episode["num_batches_tracked"] - norm.num_batches_tracked
+    steps = updated["num_batches_tracked"] - norm.num_batches_tracked
     for key in ("running_mean", "running_var"):
         r0 = getattr(norm, key)
         r = r0.clone()
-        for k, r_e in zip(steps.tolist(), per_episode[key], strict=True):
+        for k, r_e in zip(steps.tolist(), updated[key], strict=True):
             a = (1 - m) ** k
             r = a * r + (r_e - a * r0)
         r0.copy_(r)
@@ -190,10 +189,10 @@ def batched_losses(method: nn.Module, episodes: Sequence[Any],
         with _entered(_Batch(episodes, slot)) as batch:
             value = functional_call(call, state, (dataclasses.replace(template, **tensors),))
         checks = batch.checks
-        ok = torch.stack(checks).all() if checks else torch.ones((), dtype=torch.bool)
+        ok = torch.stack(checks).all() if checks else value.new_ones((), dtype=torch.bool)
         return value, ok, state
 
-    slots = torch.arange(E, device=stacked[next(iter(stacked))].device)
+    slots = torch.arange(E, device=next(iter(stacked.values())).device)
     try:
         losses, ok, updated = vmap(one, randomness="same")(buffers, stacked, slots)
     except NumericalError:
