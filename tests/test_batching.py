@@ -16,7 +16,8 @@ from zoo import Method, Prediction
 from zoo.batching import _Batch, _entered, batched_losses, per_episode, stack_episodes
 from zoo.errors import ZooError
 from zoo.jitter import JitterPolicy
-from zoo.method import draw_seed
+from zoo.method import draw_seed, episode_generator
+from zoo.plugins import registry
 from zoo.testing import build_for_tests, check_batched_meta_loss, toy_episode
 
 
@@ -74,6 +75,15 @@ def test_per_episode_draws_are_the_loops():
 
     assert torch.equal(torch.func.vmap(one, randomness="same")(torch.arange(3)), seeds)
     assert per_episode(episodes[1], lambda e: torch.tensor(draw_seed(e, 1))) == seeds[1]
+    with _entered(_Batch(episodes, torch.tensor(0))):  # the episode's seed is not the batch's
+        for ask in (draw_seed, episode_generator):
+            with pytest.raises(ZooError, match="per_episode"):
+                ask(episodes[0])
+
+
+@pytest.mark.parametrize("name", ["md-bfsc", "gd-bfsc", "dkt", "ove", "logistic-softmax"])
+def test_gp_methods_take_one_episode_per_step_unless_told(name):
+    assert registry().get("methods", name).all_hparams()["meta_batch"].default == 1
 
 
 def test_a_failed_check_drops_the_batched_result_untouched():
