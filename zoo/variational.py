@@ -107,7 +107,7 @@ class _DrawMoments(torch.autograd.Function):
         blocks, draws_t = _blocks(mean.reshape(-1, C), var.reshape(-1, C), draws)
         for m, v in blocks:
             s, total, shift = _draw_softmax(m, v, draws_t)
-            if weights is None:
+            if weights is None:  # s * s, not square_ (no vmap rule): the same rounding
                 parts.append(((total.log_() + shift).mean((-2, -1)), s.mean(-1),
                               s.mul_(s).mean(-1)))
             else:
