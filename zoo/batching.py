@@ -106,6 +106,14 @@ def _entered(batch: _Batch) -> Iterator[_Batch]:
         _BATCH.reset(token)
 
 
+def batching_pays(device: torch.device | str) -> bool:
+    """Whether the trainer should batch a meta-batch on ``device``: on an accelerator, where one
+    call replaces ``E`` rounds of small kernel launches. Not on the CPU, where each episode's
+    convolutions already keep the cores busy and vmap's batch-norm rule adds a copy of every
+    activation, so the loop is faster (``benchmarks/scale/meta_batch.py``, card ``gp-scale``)."""
+    return torch.device(device).type != "cpu"
+
+
 def stack_episodes(episodes: Sequence[Any]) -> dict[str, Tensor] | None:
     """The tensor fields of same-shaped dataclass episodes stacked on a new leading axis, or
     ``None`` when their shapes, dtypes or other fields (way, shot; ``info`` aside) differ."""

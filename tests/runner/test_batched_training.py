@@ -44,6 +44,7 @@ def test_a_meta_batch_is_one_call_with_the_loops_losses(meta_batched, tmp_path, 
         return out
 
     monkeypatch.setattr(train, "batched_losses", spy)
+    monkeypatch.setattr(train, "batching_pays", lambda device: True)  # on the CPU too, here
     suite = tiny_suite(methods=[MetaBatched.name], test_datasets=["glyphs"])
     run_suite(suite, out=tmp_path / "batched", device="cpu", progress=False)
     assert calls == [(2, True)] * 3  # 6 training episodes, 2 per step
