@@ -54,7 +54,12 @@ class HyperParameterError(ZooError, ValueError):
 def check_finite(x: Tensor, what: str, episode: Episode,
                  remedy: str = "lower the learning rate or check the input images") -> Tensor:
     """``x`` itself if every value is finite, else a :class:`NumericalError` that names ``what``,
-    the episode and the ``remedy``."""
+    the episode and the ``remedy``; inside a batched meta-loss (:mod:`zoo.batching`) the check is
+    made at the end of the call."""
+    from zoo.batching import defer_check
+
+    if defer_check(x.isfinite()):
+        return x
     if not bool(x.isfinite().all()):
         raise NumericalError(f"non-finite {what} in episode {episode.id}; {remedy}")
     return x

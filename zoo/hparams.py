@@ -142,6 +142,11 @@ class Configurable:
 
     name: ClassVar[str]
     hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {}
+    #: The trainer may evaluate a meta-batch's episodes as one vmapped call of ``meta_loss``
+    #: (:mod:`zoo.batching`): it is a function of the episode's tensors and of draws made through
+    #: :func:`zoo.batching.per_episode`, with no Python branch on tensor values outside the core's
+    #: checks (a property where a hyper-parameter decides).
+    batches_episodes: ClassVar[bool] = False
 
     @classmethod
     def all_hparams(cls) -> dict[str, HParam]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from zoo.batching import defer_check, in_batched_call
 from zoo.errors import NumericalError
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,10 @@ class JitterPolicy:
 
     def require(self, ok: Tensor, message: str) -> None:
         """Raise :class:`NumericalError` with ``message`` unless the boolean tensor ``ok``; inside
-        :meth:`deferred` on an accelerator, at its exit."""
+        :meth:`deferred` on an accelerator, at its exit; inside a batched meta-loss, at the end of
+        that call (:mod:`zoo.batching`)."""
+        if defer_check(ok):
+            return
         if self._pending is not None and ok.device.type != "cpu":
             self._pending.append((~ok, message))
         elif not bool(ok):
@@ -65,7 +69,7 @@ class JitterPolicy:
         """Cholesky of a matrix positive definite by construction (``I + S K S``, eigenvalues
         >= 1: only non-finite entries make it fail, and no jitter would help): inside
         :meth:`deferred` on an accelerator the check waits for the exit, else as :meth:`cholesky`."""
-        if self._pending is None or A.device.type == "cpu":
+        if self._pending is None or A.device.type == "cpu" or in_batched_call():
             return self.cholesky(A, what, episode)
         L, info = torch.linalg.cholesky_ex(A)
         where = f" in episode {episode}" if episode else ""
@@ -75,7 +79,15 @@ class JitterPolicy:
         return L
 
     def cholesky(self, A: Tensor, what: str = "matrix", episode: str | None = None) -> Tensor:
+        """The Cholesky factor of ``A`` (batched over leading axes), with counted jitter when it
+        is not numerically positive definite. Inside a batched meta-loss (:mod:`zoo.batching`)
+        no jitter is tried: a factorisation that would need it fails the call's deferred check,
+        and the loop that replays the meta-batch applies the policy."""
         where = f" in episode {episode}" if episode else ""
+        if defer_check(torch.isfinite(A)):
+            L, info = torch.linalg.cholesky_ex(A)
+            defer_check(info == 0)
+            return L
         if not torch.isfinite(A).all():
             raise NumericalError(f"{what}{where} has non-finite entries; check the features "
                                  "(NaN or inf from the backbone) and the learning rate")

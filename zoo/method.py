@@ -18,8 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from zoo.backbones import Backbone
+from zoo.batching import in_batched_call
 from zoo.episode import Episode
-from zoo.errors import HyperParameterError
+from zoo.errors import HyperParameterError, ZooError
 from zoo.hparams import Configurable, HParam
 from zoo.kernels import Kernel
 
@@ -158,16 +159,30 @@ def _accelerated() -> bool:
 
 def episode_generator(episode: Episode, salt: int = 0) -> torch.Generator:
     """A CPU generator seeded by the episode (never the global RNG), so that predictions that
-    draw random numbers are a function of the episode alone."""
+    draw random numbers are a function of the episode alone.
+
+    Not inside a batched meta-loss (:mod:`zoo.batching`), whose episodes each have their own seed:
+    there, :func:`zoo.batching.per_episode` makes the draws of each (as with :func:`draw_seed`)."""
+    _not_batched()
     seed = int(episode.info.get("seed", 0)) ^ (salt * 0x9E3779B97F4A7C15 & (2**63 - 1))
     return torch.Generator().manual_seed(seed)
+
+
+def _not_batched() -> None:
+    if in_batched_call():
+        raise ZooError("an episode's seed was asked for inside a batched meta-loss, whose "
+                       "episodes each have their own: make the draws through "
+                       "zoo.batching.per_episode (e.g. LatentGaussianMethod.rule), or keep the "
+                       "method's batches_episodes False")
 
 
 def draw_seed(episode: Episode, salt: int | None = None) -> int:
     """The seed of an estimator's draws for ``episode``, so that a prediction is a function of
     (weights, episode) alone: a 62-bit seed drawn from :func:`episode_generator` with ``salt``
     (one salt per use, e.g. inner loop and predictive), or, with ``salt=None``, the episode's own
-    seed reduced to 31 bits (the stream dkt and logistic-softmax have always used)."""
+    seed reduced to 31 bits (the stream dkt and logistic-softmax have always used); not inside a
+    batched meta-loss (see :func:`episode_generator`)."""
+    _not_batched()
     if salt is None:
         return int(episode.info.get("seed", 0)) % 2**31
     return int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))

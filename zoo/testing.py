@@ -13,6 +13,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 - :func:`check_task`: a task kind with one of its methods on one data set: episodes that are a
   function of their coordinates, an admissible prediction, a JSON record, a summary and a finite
   selection value from the kind's own functions.
+- :func:`check_batched_meta_loss`: a method that declares ``batches_episodes`` gives the
+  per-episode loop's losses, gradients and BatchNorm running averages from one batched call over
+  a meta-batch (:mod:`zoo.batching`).
 - :func:`check_regression_method`: a regression method at context sizes 0, 1 and 5: a finite
   ``meta_loss`` that reaches its parameters, an admissible prediction that does not depend on the
   global RNG, and, where it has evidence bounds, ``ELBO <= IW bound`` (exact on shared draws).
@@ -428,3 +431,49 @@ def check_algebra_routes(cls: type[Method], capture: str, kernel: str = "cosine"
             gap = (a - b).abs().max() / b.abs().max().clamp_min(1)
             assert gap < atol, \
                 f"{cls.name}: meta-gradients differ between {first} and {route} by {gap:.1e}"
+
+
+def check_batched_meta_loss(name: str, way: int = 3, shot: int = 2, episodes: int = 3,
+                            dtype: torch.dtype = torch.float32, rtol: float = 1e-6,
+                            grad_rtol: float | None = None, device: str = "cpu",
+                            **hparams: Any) -> None:
+    """A method that declares ``batches_episodes`` gives, from one batched call of its meta-loss
+    over a meta-batch (:func:`zoo.batching.batched_losses`), the per-episode loop's numbers on a
+    Conv4S backbone (BatchNorm in training mode: statistics per episode): the losses and the
+    BatchNorm running averages within ``rtol`` of their largest magnitude, and every parameter's
+    gradient of the mean loss within ``grad_rtol`` (default ``rtol``) of the model's largest
+    gradient entry (the scale that matters: the gradients of biases that a BatchNorm follows are
+    zero but for rounding). Only the order of floating-point sums may differ."""
+    from zoo.batching import batched_losses
+
+    batch = [toy_episode(way, shot, seed=s) for s in range(episodes)]
+    batch = [dataclasses.replace(e.to(device), support_x=e.support_x.to(device, dtype),
+                                 query_x=e.query_x.to(device, dtype)) for e in batch]
+    looped, batched = (build_for_tests(name, way, **hparams).to(device, dtype).train()
+                       for _ in range(2))
+    assert batched.batches_episodes, f"{name} does not declare batches_episodes"
+    expected = []
+    for e in batch:
+        loss = looped.meta_loss(e)
+        (loss / episodes).backward()
+        expected.append(loss.detach())
+    losses = batched_losses(batched, batch, batched.meta_loss)
+    assert losses is not None, f"{name}: the batched meta-loss fell back to the loop"
+    (losses / episodes).sum().backward()
+
+    def close(a: Tensor, b: Tensor, what: str, tol: float, scale: Tensor | None = None) -> None:
+        scale = b.double().abs().max() if scale is None else scale
+        gap = float((a.double() - b.double()).abs().max() / scale.clamp_min(1e-300))
+        assert gap <= tol, f"{name}: batched {what} differs from the loop's by {gap:.1e} (relative)"
+
+    close(losses.detach(), torch.stack(expected), "losses", rtol)
+    grads = {k: p.grad for k, p in looped.named_parameters() if p.grad is not None}
+    assert grads, f"{name}: the meta-loss reaches no parameter"
+    largest = torch.stack([g.double().abs().max() for g in grads.values()]).max()
+    for key, p in batched.named_parameters():
+        assert (p.grad is None) == (key not in grads), f"{name}: {key}'s gradient differs in presence"
+        if p.grad is not None:
+            close(p.grad, grads[key], f"gradient of {key}", grad_rtol or rtol, largest)
+    states = dict(looped.named_buffers())
+    for key, b in batched.named_buffers():
+        close(b, states[key], f"buffer {key}", rtol)

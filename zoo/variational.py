@@ -97,24 +97,29 @@ class _DrawMoments(torch.autograd.Function):
     then ``dL/dmean = sum_s dL/df`` and ``dL/dsd = sum_s dL/df * draws``.
     """
 
+    generate_vmap_rule = True  # a batched meta-loss (zoo.batching) vmaps both passes
+
     @staticmethod
-    def forward(ctx, mean: Tensor, var: Tensor, draws: Tensor, weights: Tensor | None,
+    def forward(mean: Tensor, var: Tensor, draws: Tensor, weights: Tensor | None,
                 ) -> tuple[Tensor, Tensor, Tensor]:
-        ctx.save_for_backward(mean, var, draws, weights)
         C = mean.shape[-1]
         parts = []
         blocks, draws_t = _blocks(mean.reshape(-1, C), var.reshape(-1, C), draws)
         for m, v in blocks:
             s, total, shift = _draw_softmax(m, v, draws_t)
-            if weights is None:
+            if weights is None:  # s * s, not square_ (no vmap rule): the same rounding
                 parts.append(((total.log_() + shift).mean((-2, -1)), s.mean(-1),
-                              s.square_().mean(-1)))
+                              s.mul_(s).mean(-1)))
             else:
                 parts.append((((total.log_() + shift)[..., 0, :] * weights).sum(-1),
-                              (s * weights).sum(-1), (s.square_() * weights).sum(-1)))
+                              (s * weights).sum(-1), (s.mul_(s) * weights).sum(-1)))
         lse, m1, m2 = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
         return (lse.reshape(mean.shape[:-1]).to(mean.dtype), m1.reshape(mean.shape).to(mean.dtype),
                 m2.reshape(mean.shape).to(mean.dtype))
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: tuple) -> None:
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, g0: Tensor, g1: Tensor, g2: Tensor) -> tuple[Tensor, Tensor, None, None]:

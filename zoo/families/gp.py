@@ -58,6 +58,8 @@ class GPMethod(LatentGaussianMethod):
         "algebra": HParam("auto", choices=ROUTES, doc="GP algebra route (zoo.gram): dense N x N, "
                           "the kernel's feature map, Nystrom, or auto (the cheaper exact one)"),
         "inducing": HParam(128, ge=1, doc="inducing points of algebra=nystrom"),
+        "meta_batch": HParam(1, ge=1, doc="episodes per optimizer step (read by the trainer; "
+                             "one batched call where the method declares batches_episodes)"),
     }
 
     @classmethod

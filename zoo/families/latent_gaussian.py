@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from zoo.batching import per_episode
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
 from zoo.expectations import (
@@ -21,6 +22,7 @@ from zoo.expectations import (
     FusedIntegrand,
     Integrand,
     PerPoint,
+    Rule,
     build_estimator,
 )
 from zoo.hparams import HParam
@@ -73,6 +75,15 @@ class LatentGaussianMethod(Method):
         """The configured estimator; ``fallback`` options (e.g. ``samples``) fill what its spec
         leaves unset."""
         return build_estimator(self.hparams["estimator"], **fallback).bind(self.estimator_state)
+
+    def rule(self, episode: Episode, dim: int, *, salt: int, device: torch.device | str | None = None,
+             **fallback: Any) -> Rule:
+        """The estimator's points and weights for ``dim``-dimensional expectations, drawn with
+        the seed of ``episode`` (:func:`zoo.method.draw_seed` with ``salt``); in a batched
+        meta-loss each episode's own (:func:`zoo.batching.per_episode`)."""
+        estimator = self.estimator(**fallback)
+        return per_episode(episode, lambda e: estimator.rule(dim, seed=draw_seed(e, salt),
+                                                              device=device))
 
     def latent(self, episode: Episode) -> tuple[Tensor, Tensor]:
         """Latent marginals of the queries given the support: mean and variance, each ``[Q, C]``

@@ -1,8 +1,9 @@
 """Meta-training one model, resumably: Adam over the method's parameter groups, ``meta_batch``
-episodes per step, non-finite steps skipped and counted, periodic validation that keeps the best
-checkpoint (by the task kind's selection score), and the kind's calibration (classification: a
-temperature) fitted on the validation episodes of the selected model. A method without trainable
-parameters (a Monte Carlo baseline) is saved as built.
+episodes per step (one batched call on an accelerator where the method allows it,
+:mod:`zoo.batching`), non-finite steps skipped and counted, periodic validation that keeps the
+best checkpoint (by the task kind's selection score), and the kind's calibration
+(classification: a temperature) fitted on the validation episodes of the selected model. A
+method without trainable parameters (a Monte Carlo baseline) is saved as built.
 
 Training episodes are a pure function of the cell's seed and the episode index, and a checkpoint
 holds model, optimizer, every RNG and the step, so a killed training resumes where it stopped
@@ -17,6 +18,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from zoo.batching import batched_losses, batching_pays
 from zoo.errors import NumericalError, ZooError
 from zoo.io import (
     atomic_save,
@@ -194,8 +197,15 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         n = min(meta_batch, cell.train_episodes - state.episode)
         zero_grad()
         finite, total = True, 0.0
-        for i in range(n):
-            episode = sample(state.episode + i)
+        batching = n > 1 and method.batches_episodes and batching_pays(device)
+        episodes = [sample(state.episode + i) for i in range(n)] if batching else []
+        losses = batched_losses(method, episodes, partial(task.meta_loss, method))
+        if losses is not None:  # one vmapped call for the meta-batch (zoo.batching)
+            losses = losses / n
+            losses.sum().backward()
+            total = sum(float(v) for v in losses.detach())
+        for i in range(n if losses is None else 0):
+            episode = episodes[i] if episodes else sample(state.episode + i)
             try:
                 loss = task.meta_loss(method, episode) / n
             except NumericalError as exc:

@@ -6,7 +6,12 @@ from zoo_dkt import DKT
 
 from zoo import Episode
 from zoo.kernels import RBFKernel
-from zoo.testing import IdentityBackbone, check_algebra_routes, check_method
+from zoo.testing import (
+    IdentityBackbone,
+    check_algebra_routes,
+    check_batched_meta_loss,
+    check_method,
+)
 
 
 def episode(seed=0, way=3, shot=2, query=2):
@@ -90,3 +95,11 @@ def test_probabilities_equal_an_independent_gp_regression_and_monte_carlo_softma
     e = np.exp(f - f.max(-1, keepdims=True))
     mc = (e / e.sum(-1, keepdims=True)).mean(0)
     assert np.allclose(probs, mc, atol=3e-3), (probs, mc)
+
+
+@pytest.mark.parametrize("dtype, rtol, grad_rtol", [(torch.float32, 1e-6, 1e-5),
+                                                    (torch.float64, 1e-10, 1e-10)])
+@pytest.mark.parametrize("algebra", ["dense", "features"])
+def test_a_batched_meta_batch_equals_the_episode_loop(dtype, rtol, grad_rtol, algebra):
+    """Conv4S and the bncosine kernel's BatchNorm1d, each normalising per episode."""
+    check_batched_meta_loss("dkt", dtype=dtype, rtol=rtol, grad_rtol=grad_rtol, algebra=algebra)

@@ -37,6 +37,7 @@ class DKT(GPMethod):
 
     name = "dkt"
     default_kernel: ClassVar[str | None] = "bncosine"
+    batches_episodes = True  # the marginal likelihood draws nothing
     hyperparameters = {
         "noise": HParam(0.1, gt=0, doc="Gaussian observation noise variance (initial if learnt)"),
         "learn_noise": HParam(False, doc="meta-learn the noise variance"),

@@ -21,6 +21,7 @@ from zoo.plugins import registry
 from zoo.testing import (
     build_for_tests,
     check_algebra_routes,
+    check_batched_meta_loss,
     check_method,
     exact_expected_log_softmax,
     softmax_marginals,
@@ -437,3 +438,16 @@ def test_a_zero_tolerance_runs_every_step_and_gd_does_not_stop_by_default():
     assert mirror_descent(K, like, 20, 0.5).steps_run == 20
     assert mirror_descent(K, like, 20, 0.5, tol=1e-4).steps_run < 20
     assert registry().get("methods", "gd-bfsc").all_defaults()["tol_test"] == 0
+
+
+@pytest.mark.parametrize("dtype, rtol, grad_rtol, options", [
+    (torch.float32, 1e-6, 1e-5, {}),
+    (torch.float64, 1e-10, 1e-10, {}),
+    (torch.float64, 1e-10, 1e-10, {"algebra": "features", "kernel": "cosine"}),
+    (torch.float64, 1e-10, 1e-10, {"algebra": "nystrom", "inducing": 4}),
+], ids=["float32", "float64", "features", "nystrom"])
+def test_a_batched_meta_batch_equals_the_episode_loop(dtype, rtol, grad_rtol, options):
+    """The ELBO objective: Conv4S's BatchNorm per episode, each episode's own Sobol draws, on
+    every algebra route."""
+    check_batched_meta_loss("md-bfsc", dtype=dtype, rtol=rtol, grad_rtol=grad_rtol,
+                            steps_train=2, samples_train=32, **options)

@@ -18,7 +18,6 @@ from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
-from zoo.method import draw_seed
 from zoo.variational import SoftmaxLikelihood, SoftmaxMean
 from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
 
@@ -58,6 +57,13 @@ class MDBFSC(GPMethod):
         "normalize": HParam(True, doc="L2-normalise features before the kernel"),
     }
 
+    @property
+    def batches_episodes(self) -> bool:  # type: ignore[override]
+        """A meta-batch is one batched call (:mod:`zoo.batching`) with the ELBO objective, whose
+        draws are a rule per episode (:meth:`rule`); the predictive objective's expectation goes
+        through the estimator's own seeding, so it runs episode by episode."""
+        return self.hparams["loss"] == "elbo"
+
     def features(self, x: Tensor) -> Tensor:
         z = self.backbone(x)
         return F.normalize(z, dim=-1) if self.hparams["normalize"] else z
@@ -70,8 +76,7 @@ class MDBFSC(GPMethod):
         """The inner loop on prior covariances ``K [C, N, N]`` and labels ``[N]``, stopped at its
         fixed point to ``tol`` (0: every step)."""
         onehot = F.one_hot(labels, episode.way).to(DTYPE)
-        rule = self.estimator(samples=samples).rule(episode.way, seed=draw_seed(episode, salt=1),
-                                                    device=K.device)
+        rule = self.rule(episode, episode.way, salt=1, device=K.device, samples=samples)
         likelihood = SoftmaxLikelihood(onehot, rule)
         return INNER_LOOPS[self.inner](K, likelihood, steps, rho, jitter=self.jitter,
                                        episode=episode.id, trace=trace, final_elbo=final_elbo,
@@ -128,6 +133,7 @@ class GDBFSC(MDBFSC):
 
     name: ClassVar[str] = "gd-bfsc"
     inner: ClassVar[str] = "gd"
+    batches_episodes: ClassVar[bool] = False  # its divergence checks branch on values
     hyperparameters = {
         "rho_train": HParam(0.02, gt=0, doc="gradient step size in meta-training"),
         "rho_test": HParam(0.02, gt=0, doc="gradient step size at test"),

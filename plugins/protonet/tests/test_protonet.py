@@ -1,8 +1,9 @@
+import pytest
 import torch
 from zoo_protonet import ProtoNet
 
 from zoo import Episode
-from zoo.testing import IdentityBackbone
+from zoo.testing import IdentityBackbone, check_batched_meta_loss
 
 
 def test_logits_are_negative_squared_distances_to_class_means():
@@ -21,3 +22,9 @@ def test_query_at_a_prototype_is_classified_there():
     ep = Episode(support, y, protos, torch.tensor([0, 1]), way=2, shot=3)
     probs = ProtoNet(IdentityBackbone(2), way=2).predict(ep).probs
     assert (probs.argmax(1) == torch.tensor([0, 1])).all()
+
+
+@pytest.mark.parametrize("dtype, rtol, grad_rtol", [(torch.float32, 1e-6, 1e-5),
+                                                    (torch.float64, 1e-10, 1e-10)])
+def test_a_batched_meta_batch_equals_the_episode_loop(dtype, rtol, grad_rtol):
+    check_batched_meta_loss("protonet", dtype=dtype, rtol=rtol, grad_rtol=grad_rtol)

@@ -20,6 +20,7 @@ class ProtoNet(Method):
 
     name = "protonet"
     any_way = True
+    batches_episodes = True
 
     def logits(self, episode: Episode) -> Tensor:
         support = self.features(episode.support_x)
