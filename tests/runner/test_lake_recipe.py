@@ -37,4 +37,6 @@ def test_md_vs_protonet_study_varies_one_factor_of_md_bfsc():
     assert md["kernel_lr=1e-2"].hparams["kernel_lr"] == 1e-2
     assert not md["normalize=false"].hparams["normalize"]
     proto = {c.train_hash for c in cells if c.method == "protonet"}
-    assert len(proto) == 1  # the reference is trained once, whatever the part's label
+    assert len(proto) == 1  # the reference is trained once
+    # and scored once: one ProtoNet row, not one per md-bfsc factor
+    assert [c.variant for c in cells if c.method == "protonet"] == ["default"]
