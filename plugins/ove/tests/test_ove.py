@@ -344,3 +344,23 @@ def test_sweep_draws_from_each_class_conditional(route):
         post = method.class_conditional(dense(gram), expected, w, y, c, line_episode())
         expected[:, c] = post.sample(prior[:, c], noise[:, c])
     assert torch.allclose(swept, expected, atol=1e-8)
+
+
+def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatch):
+    """The predictive's quadrature is formed a few queries at a time (50-way episodes need tens
+    of GB at once); the blocks give the unblocked scores exactly, with and without gradients."""
+    g = torch.Generator().manual_seed(0)
+    ep = Episode(torch.randn(6, 1, generator=g), torch.tensor([0, 1, 2, 0, 1, 2]),
+                 torch.randn(5, 1, generator=g), torch.tensor([0, 1, 2, 0, 1]), way=3, shot=2,
+                 info={"seed": 5})
+    method = OVE(IdentityBackbone(1), way=3, kernel=RBFKernel(1), chains=4)
+    method.eval()
+    with torch.no_grad():
+        whole = method.predict(ep).probs
+    loss_whole = OVE(IdentityBackbone(1), way=3, kernel=RBFKernel(1), loss="pl", chains=4)
+    value = loss_whole.meta_loss(ep)
+    monkeypatch.setattr(zoo_ove, "QUADRATURE_ELEMENTS", 1)  # one query per block
+    with torch.no_grad():
+        blocked = method.predict(ep).probs
+    assert torch.equal(whole, blocked)
+    assert torch.equal(value, loss_whole.meta_loss(ep))

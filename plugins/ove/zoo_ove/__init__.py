@@ -59,6 +59,10 @@ from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
 from zoo_ove.weights import ClassWeights, WeightPosterior
 
+QUADRATURE_ELEMENTS = 2**24
+"""Most quadrature evaluations (chains x queries x classes^2 x nodes) of the predictive formed at
+once."""
+
 
 class Pairs:
     """The one-vs-each differences ``psi_m = f[y_n, n] - f[c, n]`` for ``c != y_n``."""
@@ -263,10 +267,17 @@ class OVE(GPMethod):
         var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
         diff_var = (var_c[..., :, None] + var_c[..., None, :] - 2 * cov).clamp_min(0)
         estimator = self.estimator(nodes=self.hparams["quadrature"])
-        expected = estimator.expect(_logsigmoid_of_scalar, diff_mean[..., None],
-                                    diff_var[..., None]).value  # [R, Q, C, C]
-        eye = torch.eye(C, dtype=torch.bool, device=expected.device)
-        return expected.masked_fill(eye, 0).sum(-1)
+        eye = torch.eye(C, dtype=torch.bool, device=mean.device)
+        # the [R, q, C, C, nodes] evaluations in blocks of queries (750 M at 50-way 15 queries per
+        # class with 20 chains: tens of GB at once); elementwise, so blocks change no number
+        block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :, :].numel()
+                                               * self.hparams["quadrature"]))
+        scores = []
+        for m, v in zip(diff_mean.split(block, dim=-3), diff_var.split(block, dim=-3)):
+            expected = estimator.expect(_logsigmoid_of_scalar, m[..., None],
+                                        v[..., None]).value  # [R, q, C, C]
+            scores.append(expected.masked_fill(eye, 0).sum(-1))
+        return torch.cat(scores, dim=-2)
 
     def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
         mats = self.kernel_matrices(episode)
