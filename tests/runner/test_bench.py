@@ -283,3 +283,17 @@ def test_evaluate_set_changes_a_test_time_hparam_and_records_it(tmp_path, capsys
     assert scores[2]["changed_hparams"] == {"steps_test": 0} and scores[2]["nll"] != scores[0]["nll"]
     assert main(argv + ["--set", "steps_test=-1"]) == 2  # checked like any hyper-parameter
     assert "steps_test" in capsys.readouterr().err
+
+
+def test_a_method_with_extra_state_keeps_its_best_model(tmp_path):
+    # the best model is kept in memory between validations; feature-transfer's state dict holds
+    # its class table's extra state (a dict), which a tensor-only copy could not take
+    run = tmp_path / "run"
+    assert main(["train", "feature-transfer", "--dataset", "glyphs", "--way", "3", "--shot", "1",
+                 "--episodes", "4", "--query", "2", "--val-episodes", "1", "--val-every", "2",
+                 "--out", str(run), "--device", "cpu",
+                 "--no-progress"]) == 0
+    import torch
+
+    best = torch.load(run / "best.pt", weights_only=True)
+    assert any(k.endswith("_extra_state") for k in best["model"])

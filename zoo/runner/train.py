@@ -12,6 +12,7 @@ and ends with the same weights as one that never stopped.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -176,7 +177,9 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         if score > state.best_val:
             state.best_val, state.best_episode = score, state.episode
             best.clear()
-            best.update({"model": {k: v.detach().clone() for k, v in method.state_dict().items()},
+            # a copy, not references: training goes on changing the parameters in place; a
+            # state dict may hold a module's extra state (a dict) beside its tensors
+            best.update({"model": copy.deepcopy(method.state_dict()),
                          **payload, "episode": state.episode})
             atomic_save(best, best_path)
 
