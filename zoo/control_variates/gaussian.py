@@ -42,6 +42,14 @@ from zoo.kernels import RBFKernel
 from zoo.stein_kernels import stein_kernel
 
 
+def _check_samples(estimator: Estimator, minimum: int) -> None:
+    """A control variate fits on its draws: it needs at least ``minimum`` of them."""
+    samples = estimator.samples
+    if not isinstance(samples, int) or samples < minimum:
+        raise HyperParameterError(f"estimator {estimator.name!r}: samples must be an integer >= "
+                                  f"{minimum}, got {samples!r}")
+
+
 @dataclass(frozen=True)
 class _WhitenedCV(Estimator):
     samples: int = 256
@@ -52,9 +60,7 @@ class _WhitenedCV(Estimator):
 
     def __post_init__(self) -> None:
         check_mode(self.estimate)
-        if not isinstance(self.samples, int) or self.samples < 2:
-            raise HyperParameterError(f"estimator {self.name!r}: samples must be an integer >= 2, "
-                                      f"got {self.samples!r}")
+        _check_samples(self, 2)
 
     def draw(self, dim: int, seed: int) -> Tensor:
         return standard_normal_draws(self.samples, dim, method=self.draws, seed=seed)
@@ -175,9 +181,7 @@ class _FittedCV(Estimator):
 
     def __post_init__(self) -> None:
         check_mode(self.estimate)
-        if not isinstance(self.samples, int) or self.samples < 4:
-            raise HyperParameterError(f"estimator {self.name!r}: samples must be an integer >= 4, "
-                                      f"got {self.samples!r}")
+        _check_samples(self, 4)
 
     def rule(self, dim: int, *, seed: int = 0, device: torch.device | str | None = None) -> Rule:
         return Rule(standard_normal_draws(self.samples, dim, method=self.draws, seed=seed,
