@@ -19,9 +19,11 @@ exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2
 
 Both chains start from a prior draw of ``f``. The predictive and the ML objective condition on the
 chains' last ``w`` through the joint algebra of ``psi`` once per episode (not once per step):
-``M x M`` (one batched Cholesky for all chains), or, when the kernel has a finite feature map
-(``f_c = Phi_c u_c``), Woodbury on ``K_psi = Psi Psi^T`` in the ``C D`` weights (:meth:`Pairs.factor`),
-whichever :func:`~zoo.gram.choose_route` finds cheaper.
+``M x M`` (batched Cholesky), or, when the kernel has a finite feature map (``f_c = Phi_c
+u_c``), in the ``C D`` class weights (:mod:`zoo_ove.weights`, or Woodbury on ``K_psi = Psi Psi^T``,
+:meth:`Pairs.factor`), whichever :meth:`OVE.weights_pay` counts cheaper (the predictive's
+whitening of the queries included); chains go a few at a time (:data:`PAIR_ELEMENTS`), so memory
+grows linearly with the queries and, on the weights, not with the pairs.
 
 Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(y | w)`` of support
 and query together at the chains' last ``w``; ``pl``, the log predictive probability of the query
