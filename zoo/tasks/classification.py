@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any, ClassVar
 
 import numpy as np
@@ -171,9 +172,11 @@ class Classification(Task):
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Accuracy with its 95% CI over episodes; ECE/MCE/NLL/Brier over all queries (fractions)."""
-        confidence = np.concatenate([r["confidence"] for r in records])
-        calibrated = np.concatenate([r["confidence_calibrated"] for r in records])
-        correct = np.concatenate([r["correct"] for r in records])
+        def pooled(key: str) -> np.ndarray:  # every query of every episode, in order
+            return np.fromiter(chain.from_iterable(r[key] for r in records), dtype=np.float64)
+
+        confidence, calibrated, correct = (pooled(k) for k in ("confidence",
+                                                               "confidence_calibrated", "correct"))
         accuracy, ci95 = mean_ci([r["accuracy"] for r in records])
         ece, mce = ece_mce(confidence, correct)
         ece_cal, mce_cal = ece_mce(calibrated, correct)
