@@ -110,3 +110,15 @@ def test_ray_executor_gives_the_same_results_as_local(tmp_path):
                         progress=False)
     assert len(outcome.finished) == 4 and not outcome.failed
     assert_same(local, ray_out)
+
+
+def test_a_training_shorter_than_checkpoint_seconds_writes_only_its_model(tmp_path, monkeypatch):
+    # a checkpoint (and best.pt, written with it) would cost more than a training of milliseconds
+    import zoo.runner.train as train
+
+    monkeypatch.setattr(train, "CHECKPOINT_SECONDS", 1e9)
+    outcome = run_suite(tiny_suite(checkpoint_every=1), out=tmp_path / "out", device="cpu",
+                        progress=False)
+    assert len(outcome.finished) == 2
+    (run,) = (tmp_path / "out" / "train").iterdir()
+    assert {p.name for p in run.iterdir()} == {"config.json", "model.pt", "training.json", "done"}
