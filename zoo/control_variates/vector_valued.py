@@ -108,16 +108,17 @@ def fit_stochastic(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor,
            ).expand(*batch, T, T).clone().requires_grad_(learn_B)
     opt = torch.optim.Adam([alpha, beta, raw] if learn_B else [alpha, beta], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for _ in range(steps):
-        opt.zero_grad()
-        L = lower_factor(raw)
-        Bt = L @ L.mT
-        value = loss(k0, Bt, task, fx, alpha, beta, lam_)
-        if learn_B:
-            value = value + Bt.pow(2).sum((-2, -1))
-        value.sum().backward()
-        opt.step()
-        schedule.step()
+    with torch.enable_grad():  # a fit, also where the caller evaluates without gradients
+        for _ in range(steps):
+            opt.zero_grad()
+            L = lower_factor(raw)
+            Bt = L @ L.mT
+            value = loss(k0, Bt, task, fx, alpha, beta, lam_)
+            if learn_B:
+                value = value + Bt.pow(2).sum((-2, -1))
+            value.sum().backward()
+            opt.step()
+            schedule.step()
     L = lower_factor(raw.detach())
     return VVFit(beta.detach(), alpha.detach(), L @ L.mT)
 
@@ -152,15 +153,16 @@ def fit_profiled(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor, B
            ).expand(*batch, T, T).clone().requires_grad_(True)
     opt = torch.optim.Adam([raw], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for _ in range(steps):
-        opt.zero_grad()
-        L = lower_factor(raw)
-        Bt = L @ L.mT
-        alpha, beta = profiled_minimiser(k0, Bt, task, fx, lam_)
-        value = loss(k0, Bt, task, fx, alpha, beta, lam_) + Bt.pow(2).sum((-2, -1))
-        value.sum().backward()
-        opt.step()
-        schedule.step()
+    with torch.enable_grad():  # a fit, also where the caller evaluates without gradients
+        for _ in range(steps):
+            opt.zero_grad()
+            L = lower_factor(raw)
+            Bt = L @ L.mT
+            alpha, beta = profiled_minimiser(k0, Bt, task, fx, lam_)
+            value = loss(k0, Bt, task, fx, alpha, beta, lam_) + Bt.pow(2).sum((-2, -1))
+            value.sum().backward()
+            opt.step()
+            schedule.step()
     L = lower_factor(raw.detach())
     B = L @ L.mT
     alpha, beta = profiled_minimiser(k0, B, task, fx, lam_)
