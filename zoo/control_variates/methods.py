@@ -147,7 +147,9 @@ class NeuralCV(IntegrationMethod):
 class VectorValuedCV(IntegrationMethod):
     """vv-CV over the problem and its related integrals: separable ``B k`` with an RBF ``k``
     (standardised inputs, lengthscale by the Stein marginal likelihood with ``B = I`` summed over
-    the integrals), the reduced closed form for a fixed ``B`` or Adam with a learned one."""
+    the integrals), the reduced closed form for a fixed ``B``; a learned ``B`` by the profiled fit
+    (the default, chosen by the fitting objective on validation integrands: the thesis's joint
+    Adam does not converge in 2,000 steps) or by that joint Adam, a cell's problems in one run."""
 
     name = "vv-cv"
     hyperparameters: ClassVar[dict[str, Any]] = {
