@@ -25,7 +25,7 @@ from zoo.spec import parse_spec
 from zoo.tasks.integration import sample_task
 
 METHODS_DEFAULT = ["mc", "poly-cv", "control-functional", "neural-cv", "vv-cv",
-                   "vv-cv[coupling=learned,steps=500]"]
+                   "vv-cv[coupling=learned]"]
 
 
 def main() -> None:

@@ -120,6 +120,22 @@ def test_batched_estimates_equal_each_problem_alone(name, load):
         assert batched.stderr == pytest.approx(alone.stderr, rel=1e-9, abs=1e-12)
 
 
+def test_learned_b_fits_batched_equal_each_problem_alone():
+    """vv-cv with a learned B fits a cell's problems in one Adam run (each its own Gram matrix and
+    B); every estimate and B equals the problem's fit alone."""
+    family = load_south()
+    method = next(m for m in METHODS if m.name == "vv-cv")(dim=1, coupling="learned", steps=10)
+    problems = [sample_task(family, "test", 0, 12, i).problem for i in range(3)]
+    with torch.no_grad():  # as the runner evaluates
+        together = method.estimate_batch(problems)
+    for problem, batched in zip(problems, together):
+        alone = method.estimate(problem)
+        assert batched.value == pytest.approx(alone.value, rel=1e-10, abs=1e-10)
+        assert batched.stderr == pytest.approx(alone.stderr, rel=1e-8, abs=1e-10)
+        torch.testing.assert_close(torch.tensor(batched.extras["B"]),
+                                   torch.tensor(alone.extras["B"]), rtol=1e-10, atol=1e-10)
+
+
 def test_the_runner_hands_out_each_prepared_estimate_once():
     family = load_south()
     method = next(m for m in METHODS if m.name == "neural-cv")(dim=1, **FAST["neural-cv"])

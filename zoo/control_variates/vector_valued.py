@@ -71,42 +71,99 @@ def closed_form(k0: Tensor, B: Tensor, task: Tensor, fx: Tensor, lam: float) -> 
 
 
 def lower_factor(raw: Tensor) -> Tensor:
-    """``L`` from an unconstrained square matrix: the strict lower part and ``exp`` of the diagonal."""
-    return torch.tril(raw, -1) + torch.diag(raw.diagonal().exp())
+    """``L`` from unconstrained square matrices ``[..., T, T]``: the strict lower part and ``exp``
+    of the diagonal."""
+    return torch.tril(raw, -1) + torch.diag_embed(raw.diagonal(dim1=-2, dim2=-1).exp())
 
 
 def loss(k0: Tensor, B: Tensor, task: Tensor, fx: Tensor, alpha: Tensor, beta: Tensor,
-         lam: float) -> Tensor:
-    """Eq. 4.8 with the RKHS norm ``alpha^T Kr alpha``."""
-    Kr = reduced_gram(k0, B, task)
-    T = len(beta)
-    counts = torch.bincount(task, minlength=T).to(fx.dtype)
-    resid = fx - Kr @ alpha - beta[task]
-    return (resid.pow(2) / counts[task]).sum() + lam * alpha @ Kr @ alpha
+         lam: float | Tensor) -> Tensor:
+    """Eq. 4.8 with the RKHS norm ``alpha^T Kr alpha``; leading axes of ``k0 [..., M, M]``, ``B``,
+    ``fx``, ``alpha [..., M]``, ``beta [..., T]`` and ``lam`` are independent problems (a loss
+    each). ``Kr alpha`` without forming ``Kr``: ``(Kr alpha)_a = sum_t B[t_a, t] (k0 (alpha *
+    H_t))_a`` with ``H`` the task indicator, so that the gradient in ``B`` is matrix products."""
+    H = torch.nn.functional.one_hot(task, beta.shape[-1]).to(fx.dtype)
+    Ka = ((H @ B) * (k0 @ (alpha[..., None] * H))).sum(-1)
+    resid = fx - Ka - beta @ H.T
+    return (resid.pow(2) / H.sum(0)[task]).sum(-1) + lam * (alpha * Ka).sum(-1)
 
 
-def fit_stochastic(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float, B: Tensor,
+def fit_stochastic(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor, B: Tensor,
                    learn_B: bool = False, steps: int = 2000, lr: float = 0.01) -> VVFit:
     """Adam on ``(alpha, beta)`` (and ``B = L L^T`` with ``learn_B``, from ``B``), starting from
     ``alpha = 0`` and the per-task means (Algorithm 4/5, full batch), the learning rate annealed
-    to zero (cosine) so that the iterates settle."""
+    to zero (cosine) so that the iterates settle. Leading axes of ``k0 [..., M, M]``, ``fx [...,
+    M]`` and ``lam`` (a tensor ``[...]`` or a float) are independent problems with the same
+    ``task [M]``, fitted in one run: Adam acts elementwise and the summed loss's gradient in one
+    problem's parameters is that problem's, so each fit equals its fit alone."""
     T = int(task.max()) + 1
+    batch = fx.shape[:-1]
+    lam_ = torch.as_tensor(lam, dtype=fx.dtype).expand(batch)
     counts = torch.bincount(task, minlength=T).to(fx.dtype)
     alpha = torch.zeros_like(fx, requires_grad=True)
-    beta = (torch.zeros(T, dtype=fx.dtype).index_add(0, task, fx) / counts).requires_grad_(True)
+    beta = (torch.zeros(*batch, T, dtype=fx.dtype).index_add(-1, task, fx) / counts
+            ).requires_grad_(True)
     chol = torch.linalg.cholesky(B)
-    raw = (torch.tril(chol, -1) + torch.diag(chol.diagonal().log())).requires_grad_(learn_B)
+    raw = (torch.tril(chol, -1) + torch.diag_embed(chol.diagonal(dim1=-2, dim2=-1).log())
+           ).expand(*batch, T, T).clone().requires_grad_(learn_B)
     opt = torch.optim.Adam([alpha, beta, raw] if learn_B else [alpha, beta], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for _ in range(steps):
-        opt.zero_grad()
-        L = lower_factor(raw)
-        Bt = L @ L.T
-        value = loss(k0, Bt, task, fx, alpha, beta, lam)
-        if learn_B:
-            value = value + Bt.pow(2).sum()
-        value.backward()
-        opt.step()
-        schedule.step()
+    with torch.enable_grad():  # a fit, also where the caller evaluates without gradients
+        for _ in range(steps):
+            opt.zero_grad()
+            L = lower_factor(raw)
+            Bt = L @ L.mT
+            value = loss(k0, Bt, task, fx, alpha, beta, lam_)
+            if learn_B:
+                value = value + Bt.pow(2).sum((-2, -1))
+            value.sum().backward()
+            opt.step()
+            schedule.step()
     L = lower_factor(raw.detach())
-    return VVFit(beta.detach(), alpha.detach(), L @ L.T)
+    return VVFit(beta.detach(), alpha.detach(), L @ L.mT)
+
+
+def profiled_minimiser(k0: Tensor, B: Tensor, task: Tensor, fx: Tensor,
+                       lam: Tensor) -> tuple[Tensor, Tensor]:
+    """``(alpha, beta)`` minimising Eq. 4.8 at ``B`` (the reduced closed form), differentiable in
+    ``B`` and batched over the leading axes of ``k0 [..., M, M]``, ``B``, ``fx [..., M]``, ``lam``."""
+    H = torch.nn.functional.one_hot(task, B.shape[-1]).to(fx.dtype)
+    counts = H.sum(0)[task]
+    Kl = (H @ B @ H.T) * k0 + torch.diag_embed(lam[..., None] * counts)
+    L = torch.linalg.cholesky(Kl)
+    KiH = torch.cholesky_solve(H.expand(*Kl.shape[:-1], H.shape[-1]), L)
+    Kiy = torch.cholesky_solve(fx[..., None], L)
+    beta = torch.linalg.solve(H.T @ KiH, H.T @ Kiy)
+    return (Kiy - KiH @ beta)[..., 0], beta[..., 0]
+
+
+def fit_profiled(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor, B: Tensor,
+                 steps: int = 200, lr: float = 0.05) -> VVFit:
+    """Learned ``B = L L^T`` (from ``B``) with ``(alpha, beta)`` profiled out: Adam on ``L`` over
+    the objective of :func:`fit_stochastic`'s ``learn_B`` (Eq. 4.8 + ``||B||_F^2``) at the exact
+    minimiser in ``(alpha, beta)`` for each ``B`` (:func:`profiled_minimiser`). The joint
+    full-batch Adam of Algorithm 5 moves ``alpha`` slowly along the Stein Gram matrix's small
+    eigenvalues; here ``alpha`` and ``beta`` are optimal at every step. Leading axes are
+    independent problems, as in :func:`fit_stochastic`."""
+    T = int(task.max()) + 1
+    batch = fx.shape[:-1]
+    lam_ = torch.as_tensor(lam, dtype=fx.dtype).expand(batch)
+    chol = torch.linalg.cholesky(B)
+    raw = (torch.tril(chol, -1) + torch.diag_embed(chol.diagonal(dim1=-2, dim2=-1).log())
+           ).expand(*batch, T, T).clone().requires_grad_(True)
+    opt = torch.optim.Adam([raw], lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    with torch.enable_grad():  # a fit, also where the caller evaluates without gradients
+        for _ in range(steps):
+            opt.zero_grad()
+            L = lower_factor(raw)
+            Bt = L @ L.mT
+            alpha, beta = profiled_minimiser(k0, Bt, task, fx, lam_)
+            value = loss(k0, Bt, task, fx, alpha, beta, lam_) + Bt.pow(2).sum((-2, -1))
+            value.sum().backward()
+            opt.step()
+            schedule.step()
+    L = lower_factor(raw.detach())
+    B = L @ L.mT
+    alpha, beta = profiled_minimiser(k0, B, task, fx, lam_)
+    return VVFit(beta, alpha, B)

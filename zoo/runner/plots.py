@@ -20,6 +20,7 @@ import numpy as np
 from zoo.io import atomic_write_bytes
 from zoo.metrics import reliability_bins
 from zoo.runner.collect import Entry, Report, inner_curves
+from zoo.spec import parse_spec
 
 COLOURS = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink",
                                  "gray", "olive", "cyan")]
@@ -157,9 +158,11 @@ def training_curves(report: Report, out: Path) -> list[Path]:
 
 
 def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str, str]],
-                 out: Path, name: str, log_x: bool = False, log_y: bool = False) -> list[Path]:
+                 out: Path, name: str, log_x: bool = False, log_y: bool = False,
+                 errors: dict[str, str] | None = None) -> list[Path]:
     """Per (train, test) data set pair: each metric of the summary against the shape key
-    ``x_key``, one line per method (regression: against context size; integration: budget)."""
+    ``x_key``, one line per method (regression: against context size; integration: budget);
+    ``errors``: the summary key of a metric's error bar (its CI half-width)."""
     plt = pyplot()
     styles = method_styles(report.methods)
     written = []
@@ -176,8 +179,7 @@ def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str,
             if not points:
                 continue
             points.sort(key=lambda p: p[0])
-            for ax, (key, _) in zip(axes[0], metrics):
-                ax.plot([p[0] for p in points], [p[1][key] for p in points], label=m, **styles[m])
+            _lines(axes[0], metrics, points, m, styles[m], errors)
         for ax, (_, title) in zip(axes[0], metrics):
             ax.set(xlabel=x_key, title=title, xscale="log" if log_x else "linear",
                    yscale="log" if log_y else "linear")
@@ -185,4 +187,74 @@ def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str,
         where = test if train == test else f"{train}->{test}"
         fig.suptitle(f"{kind}: {where}")
         written.append(save(fig, out / f"{name}-{slug(where)}.png"))
+    return written
+
+
+def _lines(axes: Any, metrics: list[tuple[str, str]], points: list[tuple[Any, dict[str, Any]]],
+           label: str, style: dict[str, Any], errors: dict[str, str] | None) -> None:
+    """One method's line in each metric's axes, with error bars where ``errors`` names them."""
+    x = [p[0] for p in points]
+    for ax, (key, _) in zip(axes, metrics):
+        y = [p[1][key] for p in points]
+        bar = (errors or {}).get(key)
+        if bar and all(bar in p[1] for p in points):
+            ax.errorbar(x, y, [p[1][bar] for p in points], label=label, capsize=2, **style)
+        else:
+            ax.plot(x, y, label=label, **style)
+
+
+def varying_parameter(names: list[str]) -> tuple[str, dict[str, float]] | None:
+    """The one numeric spec parameter in which data sets of one base name differ (``dim`` of
+    ``genz-oscillatory[dim=1]``, ``genz-oscillatory[dim=3]``) and each name's value of it; ``None``
+    unless exactly one parameter varies, numerically, over two or more values."""
+    params = {n: parse_spec(n)[1] for n in names}
+    keys = {k for p in params.values() for k in p}
+    varying = [k for k in keys if len({repr(p.get(k)) for p in params.values()}) > 1]
+    if len(varying) != 1:
+        return None
+    key = varying[0]
+    values = {n: p[key] for n, p in params.items()
+              if isinstance(p.get(key), (int, float)) and not isinstance(p.get(key), bool)}
+    return (key, {n: float(v) for n, v in values.items()}) if len(set(values.values())) > 1 \
+        else None
+
+
+def parameter_lines(report: Report, kind: str, metrics: list[tuple[str, str]], out: Path,
+                    name: str, log_y: bool = False,
+                    errors: dict[str, str] | None = None) -> list[Path]:
+    """Per base data set and report column: each metric against the one numeric parameter in
+    which its data sets differ (integration: the Genz dimension d, South's sigma2), one line per
+    method; data sets scored on themselves only."""
+    plt = pyplot()
+    styles = method_styles(report.methods)
+    task = report.tasks.get(kind)
+    written = []
+    settings = [s for s in report.settings if s[0] == kind and s[1] == s[2]]
+    groups: dict[tuple[str, tuple], list[str]] = {}
+    for s in settings:
+        groups.setdefault((parse_spec(s[1])[0], s[3]), []).append(s[1])
+    for (base, column), names in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1]))):
+        found = varying_parameter(sorted(set(names)))
+        if found is None:
+            continue
+        key, values = found
+        fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.3), squeeze=False,
+                                 layout="constrained")
+        drawn = False
+        for m in report.methods:
+            points = sorted((values[n], report.entries[(m, (kind, n, n, column))].summary())
+                            for n in values if (m, (kind, n, n, column)) in report.entries
+                            and report.entries[(m, (kind, n, n, column))].results)
+            if len(points) >= 2:
+                _lines(axes[0], metrics, points, m, styles[m], errors)
+                drawn = True
+        if not drawn:
+            pyplot().close(fig)
+            continue
+        for ax, (_, title) in zip(axes[0], metrics):
+            ax.set(xlabel=key, title=title, yscale="log" if log_y else "linear")
+        legend_outside(fig, axes[0][0])
+        where = task.setting_label(column) if task else str(column)
+        fig.suptitle(f"{kind}: {base}, {where}")
+        written.append(save(fig, out / f"{name}-{slug(base)}-vs-{slug(key)}-{slug(where)}.png"))
     return written

@@ -147,14 +147,22 @@ class Integration(Task):
     digits = 4
     table_note = ("Mean absolute error over test integrands +- 95% CI; VRF: variance-reduction "
                   "factor against plain Monte Carlo on the same samples (sum of squared MC errors "
-                  "/ sum of squared errors). RMSE and timings: table.csv.")
+                  "/ sum of squared errors). In table.csv: sse (sum of squared errors over the "
+                  "test integrands), rmse, train_seconds (offline: meta-training) and "
+                  "eval_seconds_per_episode (online: estimation per integrand).")
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One shape per budget; ``train_samples = 0`` meta-trains at each budget (the Meta-CV
+        protocol: training integrands of the test budget ``N_t``), one training per budget."""
         sizes = [int(n) for n in s["sample_sizes"]]
         if not sizes or min(sizes) < 2:
             raise ZooError(f"sample_sizes = {s['sample_sizes']}: give budgets of 2 or more "
                            "samples, e.g. sample_sizes = [10, 100, 1000]")
-        return [{"samples": n, "train_samples": int(s["train_samples"])} for n in sizes]
+        train = int(s["train_samples"])
+        if train < 0 or train == 1:
+            raise ZooError(f"train_samples = {train}: give 2 or more samples per training "
+                           "integrand, or 0 to train at each test budget")
+        return [{"samples": n, "train_samples": train or n} for n in sizes]
 
     def label(self, shape: Shape) -> str:
         return f"n={shape['samples']}"
@@ -205,7 +213,8 @@ class Integration(Task):
         mae, ci = mean_ci(np.abs(err))
         sq = float(np.sum(err**2))
         return {"abs_error": mae, "ci95": ci, "abs_error_median": float(np.median(np.abs(err))),
-                "rmse": float(np.sqrt(np.mean(err**2))), "mc_rmse": float(np.sqrt(np.mean(mc**2))),
+                "sse": sq, "rmse": float(np.sqrt(np.mean(err**2))),
+                "mc_rmse": float(np.sqrt(np.mean(mc**2))),
                 "vrf": float(np.sum(mc**2)) / sq if sq > 0 else math.inf,
                 "test_episodes": len(records),
                 "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records]))}
@@ -223,8 +232,12 @@ class Integration(Task):
                 f"{1000 * r['eval_seconds_per_episode']:.2f} ms/task")
 
     def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import metric_lines
+        """Error against the budget per family (the Meta-CV study's N_t, Table 4.2's m) and, where
+        a family is run at several values of one parameter, against it (its d, South's sigma2)."""
+        from zoo.runner.plots import metric_lines, parameter_lines
 
-        return metric_lines(report, self.name, "samples",
-                            [("rmse", "RMSE over tasks"), ("abs_error", "mean |error|")],
-                            out, "integration", log_x=True, log_y=True)
+        metrics = [("rmse", "RMSE over tasks"), ("abs_error", "mean |error| (95% CI)")]
+        return [*metric_lines(report, self.name, "samples", metrics, out, "integration",
+                              log_x=True, log_y=True, errors={"abs_error": "ci95"}),
+                *parameter_lines(report, self.name, metrics, out, "integration", log_y=True,
+                                 errors={"abs_error": "ci95"})]
