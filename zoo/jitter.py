@@ -84,11 +84,12 @@ class JitterPolicy:
         no jitter is tried: a factorisation that would need it fails the call's deferred check,
         and the loop that replays the meta-batch applies the policy."""
         where = f" in episode {episode}" if episode else ""
-        if defer_check(torch.isfinite(A)):
+        finite = torch.isfinite(A).all()
+        if defer_check(finite):
             L, info = torch.linalg.cholesky_ex(A)
             defer_check(info == 0)
             return L
-        if not torch.isfinite(A).all():
+        if not finite:
             raise NumericalError(f"{what}{where} has non-finite entries; check the features "
                                  "(NaN or inf from the backbone) and the learning rate")
         L, info = torch.linalg.cholesky_ex(A)

@@ -80,8 +80,10 @@ class GPMethod(LatentGaussianMethod):
         K = check_finite(K, "kernel matrix", episode)
         return K.expand(episode.way, *K.shape[-2:]) if K.ndim == 2 else K
 
-    def route(self, n: int, d: int) -> str:
-        """The algebra route for ``n`` labelled points with ``d``-dimensional prepared features."""
+    def route(self, n: int, d: int, episode: Episode | None = None) -> str:
+        """The algebra route for ``n`` labelled points with ``d``-dimensional prepared features
+        (``episode``: for a method whose algebra is not sized by the labelled points alone, as
+        OVE's pair space)."""
         return choose_route(self.hparams["algebra"], n, self.kernel.map_dim(d))
 
     def _factor(self, z: Tensor, n: int, route: str, episode: Episode) -> Tensor:
@@ -101,7 +103,7 @@ class GPMethod(LatentGaussianMethod):
         z = self._prepared(torch.cat([episode.support_x, episode.query_x]), episode)
         zs, zq = z[:n], z[n:]
         kqq = self._per_class(self.kernel.gram_diag(zq)[..., None, :], episode)[..., 0, :]
-        route = self.route(n, z.shape[-1])
+        route = self.route(n, z.shape[-1], episode)
         if route != "dense":
             phi = self._factor(z, n, route, episode)
             left, right = phi[..., :n, :], phi[..., n:, :]
@@ -116,7 +118,7 @@ class GPMethod(LatentGaussianMethod):
         ``[N]``: the training objective of methods that fit every labelled point of an episode."""
         z = self._prepared(torch.cat([episode.support_x, episode.query_x]), episode)
         labels = torch.cat([episode.support_y, episode.query_y])
-        route = self.route(z.shape[0], z.shape[-1])
+        route = self.route(z.shape[0], z.shape[-1], episode)
         if route != "dense":
             phi = self._factor(z, z.shape[0], route, episode)
             return FeatureGram.of(phi).expand(episode.way), labels

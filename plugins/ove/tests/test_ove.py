@@ -364,3 +364,89 @@ def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatc
         blocked = method.predict(ep).probs
     assert torch.equal(whole, blocked)
     assert torch.equal(value, loss_whole.meta_loss(ep))
+
+
+def _random_episode(way: int, shot: int, query: int, dim: int, seed: int) -> Episode:
+    g = torch.Generator().manual_seed(seed)
+    return Episode(torch.randn(way * shot, dim, generator=g, dtype=torch.float64),
+                   torch.arange(way).repeat_interleave(shot),
+                   torch.randn(way * query, dim, generator=g, dtype=torch.float64),
+                   torch.arange(way).repeat_interleave(query), way=way, shot=shot,
+                   info={"seed": seed})
+
+
+@pytest.mark.parametrize(("kernel", "algebra", "loss"), [
+    ("rbf", "dense", "ml"), ("rbf", "dense", "pl"), ("cosine", "features", "ml"),
+    ("cosine", "features", "pl"), ("cosine", "auto", "pl")])
+def test_chains_in_blocks_equal_one_batch(monkeypatch, kernel, algebra, loss):
+    """Conditioning on the chains' last ``w`` a few chains at a time (:data:`PAIR_ELEMENTS`: the
+    pair space's ``M x M`` factors and ``M x Q C`` whitened cross-covariances, or the class
+    weights' query blocks, per block of chains) gives one batch's predictive probabilities,
+    meta-loss and meta-gradients to 1e-8 in float64 on random episodes (6-way 2-shot, 4
+    features: a singular cosine kernel); here one chain per block."""
+    from zoo.kernels import BUILTIN
+
+    episode = _random_episode(6, 2, 2, 4, seed=7)
+    results = []
+    for elements in (zoo_ove.PAIR_ELEMENTS, 1):
+        monkeypatch.setattr(zoo_ove, "PAIR_ELEMENTS", elements)
+        torch.manual_seed(0)
+        method = OVE(IdentityBackbone(4, learnable=True), way=6, kernel=BUILTIN[kernel](4),
+                     algebra=algebra, loss=loss, chains=5, test_steps=3, train_steps=2).double()
+        method.eval()
+        with torch.no_grad():
+            probs = method.predict(episode).probs
+        method.train()
+        value = method.meta_loss(episode)
+        value.backward()
+        results.append((probs.double(), value.detach(),
+                        torch.cat([p.grad.flatten() for p in method.parameters()
+                                   if p.grad is not None])))
+    for a, b in zip(*results, strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-8 * b.abs().max().clamp_min(1))
+
+
+def test_class_scores_once_per_pair_equal_the_ordered_pairs():
+    """The scores from each unordered pair's expectation (the reverse pair by ``log sigmoid(-d) =
+    log sigmoid(d) - d``) equal Gauss-Hermite on every ordered pair ``sum_{c' != c}
+    E[log sigmoid(f_c - f_c')]``, to 1e-12 in float64 (4 classes, 3 queries, 2 chains, a
+    random joint predictive per query)."""
+    g = torch.Generator().manual_seed(4)
+    C, Q, R, D = 4, 3, 2, 3
+    phi = torch.randn(5, D, generator=g, dtype=torch.float64)
+    y = torch.tensor([0, 1, 2, 3, 1])
+    pairs = Pairs(y, C)
+    w = torch.rand(R, len(pairs.point), generator=g, dtype=torch.float64) + 0.1
+    phi_q = torch.randn(Q, D, generator=g, dtype=torch.float64)
+    method = OVE(IdentityBackbone(D), way=C, kernel=RBFKernel(D), algebra="features")
+    prior = method.pair_gram(FeatureGram.of(phi).expand(C), pairs)
+    post = method.posterior(prior, w, torch.full_like(w, 0.5), line_episode())
+    kqq = phi_q.pow(2).sum(-1).expand(C, -1)
+    ours = method.class_log_scores(post, pairs, FeatureGram(phi, phi_q).expand(C), kqq)
+    mean, cov = post.predictive(phi_q, kqq)
+    var = torch.diagonal(cov, dim1=-2, dim2=-1)
+    d_mean = mean[..., :, None] - mean[..., None, :]
+    d_var = var[..., :, None] + var[..., None, :] - 2 * cov
+    t, wt = np.polynomial.hermite_e.hermegauss(method.hparams["quadrature"])
+    t, wt = torch.from_numpy(t), torch.from_numpy(wt / wt.sum())
+    f = d_mean[..., None] + d_var.clamp_min(0).sqrt()[..., None] * t
+    expected = (torch.nn.functional.logsigmoid(f) * wt).sum(-1)
+    expected = expected.masked_fill(torch.eye(C, dtype=torch.bool), 0).sum(-1)
+    assert torch.allclose(ours, expected, rtol=0, atol=1e-12)
+
+
+def test_pair_space_route_by_the_predictive_cost():
+    """The class weights are taken where they are cheaper for the predictive although the pair
+    space is smaller than the weights (50-way 1-shot, 15 queries per class: ``M = 2,450`` pairs
+    whitening 37,500 class functions against ``C D = 3,200`` weights), and not at the quick
+    suite's sizes (5-way, 1 and 5 shots, 15 queries per class), whose numbers stay those of
+    the dense pair space. A cosine kernel on 64 features then takes the feature route for the
+    support even with fewer points than features."""
+    assert OVE.weights_pay(2450, 50, 64, 750 * 50)
+    assert not OVE.weights_pay(2450, 50, 64)  # no queries: the ML objective's count
+    assert not OVE.weights_pay(5 * 4, 5, 64, 75 * 5)
+    assert not OVE.weights_pay(25 * 4, 5, 64, 75 * 5)
+    from zoo.kernels import CosineKernel
+    method = OVE(IdentityBackbone(64), way=50, kernel=CosineKernel(64))
+    assert method.route(50, 64, _random_episode(50, 1, 15, 1, seed=0)) == "features"
+    assert method.route(5, 64, _random_episode(5, 1, 15, 1, seed=0)) == "dense"

@@ -19,9 +19,11 @@ exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2
 
 Both chains start from a prior draw of ``f``. The predictive and the ML objective condition on the
 chains' last ``w`` through the joint algebra of ``psi`` once per episode (not once per step):
-``M x M`` (one batched Cholesky for all chains), or, when the kernel has a finite feature map
-(``f_c = Phi_c u_c``), Woodbury on ``K_psi = Psi Psi^T`` in the ``C D`` weights (:meth:`Pairs.factor`),
-whichever :func:`~zoo.gram.choose_route` finds cheaper.
+``M x M`` (batched Cholesky), or, when the kernel has a finite feature map (``f_c = Phi_c
+u_c``), in the ``C D`` class weights (:mod:`zoo_ove.weights`, or Woodbury on ``K_psi = Psi Psi^T``,
+:meth:`Pairs.factor`), whichever :meth:`OVE.weights_pay` counts cheaper (the predictive's
+whitening of the queries included); chains go a few at a time (:data:`PAIR_ELEMENTS`), so memory
+grows linearly with the queries and, on the weights, not with the pairs.
 
 Objectives (the paper's): ``ml``, the augmented log marginal likelihood ``log p(y | w)`` of support
 and query together at the chains' last ``w``; ``pl``, the log predictive probability of the query
@@ -62,6 +64,12 @@ from zoo_ove.weights import ClassWeights, WeightPosterior
 QUADRATURE_ELEMENTS = 2**24
 """Most quadrature evaluations (chains x queries x classes^2 x nodes) of the predictive formed at
 once."""
+PAIR_ELEMENTS = 2**22
+"""Most entries of the chains' temporaries formed at once when conditioning on their last ``w``
+(32 MB in float64): the ``M x M`` pair-space factors, the whitened ``M x Q C`` cross-covariances,
+the queries' ``C x C`` covariance blocks. The chains go that many at a time, so the peak memory of
+the predictive and of the dense ML objective is that of a few chains at any way (at quick-suite
+sizes all chains fit in one block: the numbers are those of one batch)."""
 
 
 class Pairs:
@@ -169,6 +177,51 @@ class OVE(GPMethod):
                             "(zoo.expectations spec; `quadrature` nodes unless it names its own)"),
     }
 
+    # -- algebra routes ---------------------------------------------------------------------------
+
+    def route(self, n: int, d: int, episode: Episode | None = None) -> str:
+        """The family's route, except that a kernel with a feature map takes it, under ``algebra =
+        auto``, whenever the episode's pair space is cheaper in the class weights
+        (:meth:`weights_pay`) although ``n`` points alone would be dense: at 50-way 1-shot the
+        dense ``M x M`` pair space (``M = 2,450``) whitens ``M x Q C`` (2,450 x 37,500) per chain,
+        about 7 times the operations of the ``C D`` weights (and out of memory at once). The
+        queries are the episode's points beyond the ``n`` labelled ones (none for the ML
+        objective's labelled kernel)."""
+        route = super().route(n, d, episode)
+        D = self.kernel.map_dim(d)
+        if route != "dense" or self.hparams["algebra"] != "auto" or D is None or episode is None:
+            return route
+        C = episode.way
+        queries = episode.support_y.numel() + episode.query_y.numel() - n
+        return "features" if self.weights_pay(n * (C - 1), C, D, queries * C) else route
+
+    @staticmethod
+    def weights_pay(pairs: int, way: int, rank: int, functionals: int = 0) -> bool:
+        """Whether the pair-space algebra given ``w`` is cheaper in the ``C D`` class weights than
+        in the ``M x M`` pair space (``pairs = M``, ``way = C``, ``rank = D`` features per class,
+        ``functionals = Q C`` class functions at the queries for the predictive): more pairs than
+        weights, :func:`~zoo.gram.choose_route`'s count for a factorisation, or, with queries, the
+        predictive's count: ``M^3 / 3 + M^2 Q C`` (Cholesky, whitening) against ``(C D)^3 + C D^2
+        Q C / 2`` (Cholesky and inverse of ``A``, the packed query blocks)."""
+        weights = way * rank
+        if weights < pairs or choose_route("auto", pairs, weights) == "features":
+            return True
+        return pairs**3 / 3 + pairs**2 * functionals > weights**3 + weights * rank * functionals / 2
+
+    @staticmethod
+    def chains_at_once(prior: Gram | ClassWeights, pairs: int, queries: int, way: int) -> int:
+        """How many chains' temporaries fit in :data:`PAIR_ELEMENTS` when conditioning on ``w``:
+        per chain the queries' ``[Q, C, C]`` blocks and, in the pair space, the ``M x M`` factor
+        and ``M x Q C`` whitened cross-covariances (dense) or the ``C D x C D`` factor and ``C D
+        x Q C`` whitened query factor (``Psi``); the class weights go a few chains at a time
+        themselves (:data:`~zoo_ove.weights.CHAIN_ELEMENTS`)."""
+        per_chain = queries * way * way
+        if isinstance(prior, FeatureGram):
+            per_chain += prior.rank * (prior.rank + queries * way)
+        elif not isinstance(prior, ClassWeights):
+            per_chain += pairs * (pairs + queries * way)
+        return max(1, PAIR_ELEMENTS // max(per_chain, 1))
+
     # -- Gibbs sampling ---------------------------------------------------------------------------
 
     def gibbs(self, K: Tensor, y: Tensor, steps: int, episode: Episode,
@@ -249,7 +302,9 @@ class OVE(GPMethod):
     def class_log_scores(self, post: SitePosterior, pairs: Pairs, Ksq: Tensor, kqq: Tensor) -> Tensor:
         """``[R, Q, C]`` scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` under each chain's
         Gaussian predictive, by the ``estimator`` (Gauss-Hermite, ``quadrature`` nodes, by default)
-        on each pairwise difference, a one-dimensional Gaussian."""
+        on each pairwise difference, a one-dimensional Gaussian, once per unordered pair: since
+        ``log sigmoid(-d) = log sigmoid(d) - d``, ``E[log sigmoid(f_c' - f_c)] = E[log sigmoid(f_c
+        - f_c')] - (m_c - m_c')`` (half the evaluations)."""
         C, _, Q = Ksq.shape
         if isinstance(post, WeightPosterior):
             right = Ksq.right
@@ -263,31 +318,36 @@ class OVE(GPMethod):
             mean, _ = post.predict(flat, kqq.T.reshape(-1))
             cov = torch.diag_embed(kqq.T) - post.explained_blocks(flat, C)  # [R, Q, C, C]
             mean = mean.unflatten(-1, (Q, C))
-        diff_mean = mean[..., :, None] - mean[..., None, :]
+        # each unordered pair once: E[log sigmoid(-d)] = E[log sigmoid(d)] - E[d]
+        a, b = torch.triu_indices(C, C, 1, device=mean.device)
+        diff_mean = mean[..., a] - mean[..., b]  # [R, Q, C (C - 1) / 2]
         var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
-        diff_var = (var_c[..., :, None] + var_c[..., None, :] - 2 * cov).clamp_min(0)
+        diff_var = (var_c[..., a] + var_c[..., b] - 2 * cov[..., a, b]).clamp_min(0)
         estimator = self.estimator(nodes=self.hparams["quadrature"])
-        eye = torch.eye(C, dtype=torch.bool, device=mean.device)
-        # the [R, q, C, C, nodes] evaluations in blocks of queries (750 M at 50-way 15 queries per
-        # class with 20 chains: tens of GB at once); elementwise, so blocks change no number
-        block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :, :].numel()
+        # the [R, q, pairs, nodes] evaluations in blocks of queries (368 M at 50-way 15 queries
+        # per class with 20 chains: GB at once); elementwise, so blocks change no number
+        block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :].numel()
                                                * self.hparams["quadrature"]))
-        scores = []
-        for m, v in zip(diff_mean.split(block, dim=-3), diff_var.split(block, dim=-3)):
-            expected = estimator.expect(_logsigmoid_of_scalar, m[..., None],
-                                        v[..., None]).value  # [R, q, C, C]
-            scores.append(expected.masked_fill(eye, 0).sum(-1))
-        return torch.cat(scores, dim=-2)
+        expected = torch.cat([estimator.expect(_logsigmoid_of_scalar, m[..., None],
+                                               v[..., None]).value
+                              for m, v in zip(diff_mean.split(block, dim=-2),
+                                              diff_var.split(block, dim=-2), strict=True)], dim=-2)
+        return (mean.new_zeros(mean.shape).index_add(-1, a, expected)
+                .index_add(-1, b, expected - diff_mean))
 
     def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
         mats = self.kernel_matrices(episode)
         pairs = Pairs(episode.support_y, episode.way)
         w, _, trace = self.gibbs(mats.Kss, episode.support_y, steps, episode,
                                  episode_generator(episode))
-        kappa = torch.full_like(w, 0.5)
-        post = self.posterior(self.pair_gram(mats.Kss, pairs), w, kappa, episode)
-        scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
-        return torch.softmax(scores, -1).mean(0), trace
+        C, Q = episode.way, mats.kqq.shape[-1]
+        prior = self.pair_gram(mats.Kss, pairs, functionals=Q * C)
+        probs = []
+        for lam in w.split(self.chains_at_once(prior, len(pairs.point), Q, C)):
+            post = self.posterior(prior, lam, torch.full_like(lam, 0.5), episode)
+            scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
+            probs.append(torch.softmax(scores, -1))
+        return torch.cat(probs).mean(0), trace
 
     def integrates_in_training(self) -> bool:
         return self.hparams["loss"] == "pl"
@@ -302,19 +362,19 @@ class OVE(GPMethod):
         w, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
         return -self.mean_log_marginal(K, Pairs(y, episode.way), w, episode) / y.numel()
 
-    def pair_gram(self, K: Gram, pairs: Pairs, weights: bool = True) -> Gram | ClassWeights:
+    def pair_gram(self, K: Gram, pairs: Pairs, weights: bool = True, functionals: int = 0
+                  ) -> Gram | ClassWeights:
         """The prior of the pairwise differences: with per-class factors, in the ``C D`` class
-        weights when the route is forced (``algebra`` features or nystrom), when there are more
-        pairs than weights (the dense predictive whitens ``M x Q C`` per chain: 15 GB at 50-way
-        1-shot) or when :func:`~zoo.gram.choose_route` (``M`` points, ``C D`` features) finds it
-        cheaper: :class:`~zoo_ove.weights.ClassWeights` for a factor shared by the classes,
+        weights when the route is forced (``algebra`` features or nystrom) or when
+        :meth:`weights_pay` finds them cheaper for ``M`` pairs (and ``functionals = Q C`` class
+        functions at the queries, for the predictive):
+        :class:`~zoo_ove.weights.ClassWeights` for a factor shared by the classes,
         the factor ``Psi`` of ``K_psi`` (:meth:`Pairs.factor`) for one factor per class or
         without ``weights`` (the joint sampler draws ``psi`` itself); else the dense ``K_psi``
         ``[M, M]``."""
         if isinstance(K, FeatureGram):
             C, M = K.shape[0], len(pairs.point)
-            if (self.hparams["algebra"] != "auto" or C * K.rank < M
-                    or choose_route("auto", M, C * K.rank) == "features"):
+            if self.hparams["algebra"] != "auto" or self.weights_pay(M, C, K.rank, functionals):
                 if weights and K.outer is not None:
                     left = K.left
                     return ClassWeights(left[(0,) * (left.ndim - 2)].to(DTYPE), K.outer,
@@ -349,17 +409,21 @@ class OVE(GPMethod):
             post = self.posterior(K_psi, w, kappa, episode)
             return augmented_log_marginal(post, 1.0, kappa).mean()
         K = dense(K)
-        C, n = K.shape[0], K.shape[-1]
-        K_fixed = K.detach()
+        C, n, M = K.shape[0], K.shape[-1], w.shape[-1]
+        K_fixed, K_psi = K.detach(), K_psi.detach()
+        values, grad_psi = [], K_psi.new_zeros(M, M)
         with torch.no_grad():
-            post = self.posterior(K_psi.detach(), w, kappa, episode)
-            value = augmented_log_marginal(post, 1.0, kappa).mean()
+            for lam in w.split(max(1, PAIR_ELEMENTS // (3 * M * M))):  # B, its factor, inverse
+                post = self.posterior(K_psi, lam, kappa[: len(lam)], episode)
+                values.append(augmented_log_marginal(post, 1.0, kappa[: len(lam)]))
+                if K.requires_grad:
+                    inv_B = torch.cholesky_inverse(post.L)  # [r, M, M], scaled in place below
+                    inv_B.mul_(post.s[:, :, None]).mul_(post.s[:, None, :])
+                    grad_psi += post.alpha.T @ post.alpha - inv_B.sum(0)
+            value = torch.cat(values).mean()
             if not K.requires_grad:
                 return value
-            R = w.shape[0]
-            inv_B = torch.cholesky_inverse(post.L)  # [R, M, M], scaled in place below
-            inv_B.mul_(post.s[:, :, None]).mul_(post.s[:, None, :])
-            grad_psi = (post.alpha.T @ post.alpha - inv_B.sum(0)) / (2 * R)  # chain mean
+            grad_psi /= 2 * w.shape[0]  # chain mean
             grad_K = pairs.pullback(grad_psi, C, n)  # linear: the mean's gradient
         return value + (grad_K * (K - K_fixed)).sum()
 
