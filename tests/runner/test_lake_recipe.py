@@ -16,7 +16,8 @@ def test_lake_recipe_cells_record_the_recipe():
     suite = load_suite("lake-oneshot-recipe")
     cells = expand_cells(suite, select_methods(suite))
     assert {c.config()["backbone"] for c in cells} == {"conv4s"}
-    assert {c.config()["train_episodes"] for c in cells} == {10000}
+    assert {c.config()["train_episodes"] for c in cells} == {18000}
+    assert {c.config()["lr_schedule"] for c in cells} == {"cosine"}
     assert all("rotations=true,distortions=4" in c.config()["train_dataset"] for c in cells)
     assert {c.dataset for c in cells} == {"omniglot-lake-runs"}
 

@@ -38,7 +38,8 @@ class Cell:
     ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
     version, code digest) is: a result made by other code under the same name is another cell.
     ``val_dataset`` (empty: the training data set) gives the validation episodes; part of the
-    training's identity when set.
+    training's identity when set. ``lr_schedule`` (:mod:`zoo.runner.schedule`) is part of it
+    when it is not ``"constant"`` (so the cells of suites without a schedule keep their hashes).
     """
 
     method: str
@@ -60,16 +61,18 @@ class Cell:
     variant: str = ""
     provenance: dict[str, Any] | None = None
     val_dataset: str = ""
+    lr_schedule: str = "constant"
 
     BASE_TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "seed",
                        "train_episodes", "val_episodes", "val_every")
 
     def config(self) -> dict[str, Any]:
         """The resolved configuration that names the cell (``variant``, ``provenance`` and
-        ``val_dataset`` only when set, ``task`` only when not classification)."""
+        ``val_dataset`` only when set, ``lr_schedule`` only when not constant, ``task`` only
+        when not classification)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance",
-                                 "val_dataset")}
+                                 "val_dataset", "lr_schedule")}
         out |= self.shape
         if self.task.name != "classification":
             out["task"] = self.task.name
@@ -79,12 +82,14 @@ class Cell:
             out["provenance"] = self.provenance
         if self.val_dataset:
             out["val_dataset"] = self.val_dataset
+        if self.lr_schedule != "constant":
+            out["lr_schedule"] = self.lr_schedule
         return out
 
     def train_config(self) -> dict[str, Any]:
         config = self.config()
         out = {k: config[k] for k in self.BASE_TRAIN_KEYS} | self.task.train_shape(self.shape)
-        for optional in ("task", "provenance", "val_dataset"):
+        for optional in ("task", "provenance", "val_dataset", "lr_schedule"):
             if optional in config:
                 out[optional] = config[optional]
         return out
@@ -214,5 +219,6 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                             max_skipped_fraction=float(s["max_skipped_fraction"]),
                             variant=str(s["variant"]),
                             provenance=registry.provenance("methods", m),
-                            val_dataset=str(s["val_dataset"])))
+                            val_dataset=str(s["val_dataset"]),
+                            lr_schedule=str(s["lr_schedule"])))
     return cells

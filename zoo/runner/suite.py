@@ -13,6 +13,7 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
     ways = [5]                   # classification's shape settings (regression: context_sizes...)
     shots = [1, 5]
     train_episodes = 200         # or per shot: {1 = 600, 5 = 400}
+    lr_schedule = "cosine"       # the learning rates' decay over training (zoo.runner.schedule)
 
     [methods.maml]               # hyper-parameter overrides for one method (--set maml.KEY=VALUE)
     inner_steps = 1
@@ -69,6 +70,7 @@ SETTINGS: dict[str, Any] = {
     "checkpoint_every": 50,
     "max_bad_steps": 20,
     "max_skipped_fraction": 0.01,
+    "lr_schedule": "constant",
     "requires": [],
     "report_error": False,
     "variant": "",
@@ -84,8 +86,9 @@ result, so they are not part of a cell's identity. ``hparams`` (usually in a
 ``[methods.*]``; ``variant`` labels those cells, so that the report shows them as their own row
 ``"METHOD VARIANT"`` (a one-factor-at-a-time study: one labelled part per value). The label is part
 of a cell's identity but not of its training's: parts that differ only in the label share one
-model."""
-
+model. ``lr_schedule`` multiplies every parameter group's learning rate by a factor of the
+training episode (:mod:`zoo.runner.schedule`: ``"constant"`` or ``"cosine"``); it is part of the
+training's identity when it is not ``"constant"``."""
 
 
 class SuiteError(SpecError):

@@ -1,4 +1,5 @@
-"""Meta-training one model, resumably: Adam over the method's parameter groups, ``meta_batch``
+"""Meta-training one model, resumably: Adam over the method's parameter groups (their learning
+rates scaled by the cell's ``lr_schedule``, :mod:`zoo.runner.schedule`), ``meta_batch``
 episodes per step (one batched call on an accelerator where the method allows it,
 :mod:`zoo.batching`), non-finite steps skipped and counted, periodic validation that keeps the
 best checkpoint (by the task kind's selection score), and the kind's calibration
@@ -39,6 +40,7 @@ from zoo.io import (
 )
 from zoo.method import manual_seed
 from zoo.runner.cells import Cell
+from zoo.runner.schedule import lr_factor
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     if not groups:  # nothing to meta-train: the method is used as built
         return _finish(cell, folder, method, TrainState(), False, device, markers)
     optimizer = torch.optim.Adam(groups)
+    base_lrs = [g["lr"] for g in optimizer.param_groups]  # before a checkpoint's decayed ones
     state = TrainState()
     seed_everything(cell.seed)
     ckpt_path, best_path = folder / "checkpoint.pt", folder / "best.pt"
@@ -199,6 +202,9 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         start = time.perf_counter()
         n = min(meta_batch, cell.train_episodes - state.episode)
         zero_grad()
+        factor = lr_factor(cell.lr_schedule, state.episode, cell.train_episodes)
+        for g, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+            g["lr"] = lr * factor
         finite, total = True, 0.0
         batching = n > 1 and method.batches_episodes and batching_pays(device)
         episodes = [sample(state.episode + i) for i in range(n)] if batching else []

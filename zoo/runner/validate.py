@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zoo.errors import ZooError
+from zoo.runner.schedule import LR_SCHEDULES
 
 
 class SettingError(ZooError, ValueError):
@@ -40,10 +41,18 @@ FRACTIONS: dict[str, str] = {
 }
 
 
+CHOICES: dict[str, tuple[str, ...]] = {
+    "lr_schedule": LR_SCHEDULES,
+}
+
+
 def check_settings(settings: Mapping[str, Any], where: str) -> None:
     """Raise :class:`SettingError` for the first value in ``settings`` (suite settings, a
     ``[[part]]``, or a command's arguments under the same names) that no run can use."""
     for key, value in settings.items():
+        if key in CHOICES and value not in CHOICES[key]:
+            raise SettingError(f"{where}: {key} = {value!r}: choose one of "
+                               f"{', '.join(map(repr, CHOICES[key]))}")
         if key in FRACTIONS and not 0 <= value <= 1:
             raise SettingError(f"{where}: {key} = {value!r}: {FRACTIONS[key]} must be in [0, 1]")
         if key not in MINIMUM:
