@@ -295,5 +295,5 @@ def test_a_method_with_extra_state_keeps_its_best_model(tmp_path):
                  "--no-progress"]) == 0
     import torch
 
-    best = torch.load(run / "best.pt", weights_only=True)
-    assert any(k.endswith("_extra_state") for k in best["model"])
+    model = torch.load(run / "model.pt", weights_only=True)  # the best model, loaded from memory
+    assert any(k.endswith("_extra_state") for k in model["state_dict"])

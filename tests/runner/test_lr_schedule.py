@@ -91,6 +91,7 @@ def test_a_resumed_cosine_training_ends_with_the_same_weights(tmp_path, monkeypa
         return lr_factor(schedule, episode, total)
 
     monkeypatch.setattr(train, "lr_factor", stop_at_4)
+    monkeypatch.setattr(train, "CHECKPOINT_SECONDS", 0)  # checkpoint every 2 episodes, however fast
     with pytest.raises(KeyboardInterrupt):
         train_model(_cell("cosine"), tmp_path / "killed", data, "cpu", registry())
     assert torch.load(tmp_path / "killed" / "checkpoint.pt",

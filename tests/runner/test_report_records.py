@@ -65,3 +65,16 @@ def test_a_corrupt_record_is_still_named(folder, tmp_path):
     path.write_text("\n".join([lines[0], json.dumps([1, 2])]) + "\n")
     with pytest.raises(ResultsFolderError, match=r"line 2 is not a JSON object"):
         write_report(copy, plots=False)
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2.5]}', '{"a": 1}\n', ' {"a": 1}', '{"a": 1} x',
+                                  '{not json', "", "1 2", '{"a": 1}\x0b', '{"a": 1}\r\n\t '])
+def test_json_values_parse_as_json_loads_parses_them(text):
+    # the fast path skips json.loads' wrapping only where the text is one value and whitespace
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as exc:
+        with pytest.raises(json.JSONDecodeError, match=exc.msg):
+            storage._loads(text)
+    else:
+        assert storage._loads(text) == expected

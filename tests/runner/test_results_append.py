@@ -9,7 +9,7 @@ from pathlib import Path
 
 import zoo.runner.cell
 import zoo.runner.train
-from zoo.io import atomic_write_text as write
+from zoo.io import write_marker
 from zoo.runner.bench import run_suite
 from zoo.runner.cell import run_units
 from zoo.runner.cells import expand_cells
@@ -45,18 +45,18 @@ def test_every_done_marker_follows_a_flush_of_what_it_declares_complete(tmp_path
     flushed: set[Path] = set()  # files written before the last flush
     written: list[Path] = []
 
-    def track(path, text):
-        if Path(path).name == "done":  # everything beside it was flushed before it
-            siblings = {p for p in Path(path).parent.iterdir() if not p.name.startswith(".")}
-            assert siblings <= flushed, siblings - flushed
+    def track(path):
+        assert Path(path).name == "done"  # everything beside it was flushed before it
+        siblings = {p for p in Path(path).parent.iterdir() if not p.name.startswith(".")}
+        assert siblings <= flushed, siblings - flushed
         written.append(Path(path))
-        return write(path, text)
+        return write_marker(path)
 
     def flush(path):
         flushed.update(p for p in Path(path).rglob("*") if p.is_file())
 
     for module in (zoo.runner.cell, zoo.runner.train):
-        monkeypatch.setattr(module, "atomic_write_text", track)
+        monkeypatch.setattr(module, "write_marker", track)
         monkeypatch.setattr(module, "sync_to_disk", flush)
     outcome = run_suite(tiny_suite(), out=tmp_path / "out", device="cpu", progress=False)
     assert len(outcome.finished) == 2
@@ -67,12 +67,11 @@ def test_a_group_of_units_is_flushed_once_before_all_its_done_markers(tmp_path, 
     flushes: list[int] = []  # how many markers had been written at each flush
     markers: list[Path] = []
 
-    def track(path, text):
-        if Path(path).name == "done":
-            markers.append(Path(path))
-        return write(path, text)
+    def track(path):
+        markers.append(Path(path))
+        return write_marker(path)
 
-    monkeypatch.setattr(zoo.runner.cell, "atomic_write_text", track)
+    monkeypatch.setattr(zoo.runner.cell, "write_marker", track)
     monkeypatch.setattr(zoo.runner.cell, "sync_to_disk", lambda _: flushes.append(len(markers)))
     monkeypatch.setattr(zoo.runner.train, "sync_to_disk", lambda _: flushes.append(-1))
     cells = expand_cells(tiny_suite(seeds=[0, 1], test_episodes=2), ["protonet"])

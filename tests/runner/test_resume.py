@@ -18,8 +18,10 @@ from zoo.runner.bench import run_suite
 from .conftest import TINY, tiny_suite
 
 LONGER = {"train_episodes": 120, "checkpoint_every": 5, "val_every": 40}
+# a checkpoint every 5 episodes, however short they are: the run is killed after the first
 RUN = ("import json, sys; from pathlib import Path; from zoo.runner.bench import run_suite; "
-       "from zoo.runner.suite import suite_from_dict; "
+       "from zoo.runner.suite import suite_from_dict; import zoo.runner.train as train; "
+       "train.CHECKPOINT_SECONDS = 0; "
        "run_suite(suite_from_dict('tiny', json.loads(sys.argv[1])), out=Path(sys.argv[2]), "
        "device='cpu', progress=False)")
 
@@ -108,3 +110,15 @@ def test_ray_executor_gives_the_same_results_as_local(tmp_path):
                         progress=False)
     assert len(outcome.finished) == 4 and not outcome.failed
     assert_same(local, ray_out)
+
+
+def test_a_training_shorter_than_checkpoint_seconds_writes_only_its_model(tmp_path, monkeypatch):
+    # a checkpoint (and best.pt, written with it) would cost more than a training of milliseconds
+    import zoo.runner.train as train
+
+    monkeypatch.setattr(train, "CHECKPOINT_SECONDS", 1e9)
+    outcome = run_suite(tiny_suite(checkpoint_every=1), out=tmp_path / "out", device="cpu",
+                        progress=False)
+    assert len(outcome.finished) == 2
+    (run,) = (tmp_path / "out" / "train").iterdir()
+    assert {p.name for p in run.iterdir()} == {"config.json", "model.pt", "training.json", "done"}

@@ -15,6 +15,7 @@ import pytest
 from zoo import plugins
 from zoo.cli import main
 from zoo.runner import evaluate as evaluate_module
+from zoo.runner import train as train_module
 from zoo.runner.bench import prepare_suite, run_suite
 from zoo.runner.cells import expand_cells
 from zoo.runner.report import write_report
@@ -162,6 +163,7 @@ def test_kind_runs_reports_and_resumes_after_an_interruption(toy_plugin, tmp_pat
     assert outcome.finished and not outcome.failed
 
     monkeypatch.setattr(evaluate_module, "FLUSH_SECONDS", 0.0)  # every record written at once
+    monkeypatch.setattr(train_module, "CHECKPOINT_SECONDS", 0.0)  # every checkpoint_every episodes
     out = tmp_path / "interrupted"
     toy_plugin.INTERRUPT["left"] = interrupt_after
     with pytest.raises(KeyboardInterrupt):

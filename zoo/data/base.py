@@ -87,10 +87,17 @@ class FewShotDataset(ABC):
     splits: Mapping[str, Sequence[int]]
 
     def split_classes(self, split: str) -> Tensor:
+        """The split's class indices (a tensor made once per split and list of classes: every
+        sampler of a suite of many small cells asks; read only)."""
         if split not in self.splits:
             raise EpisodeError(f"data set {self.name!r} has no split {split!r}; "
                                f"its splits are {sorted(self.splits)}")
-        return torch.as_tensor(list(self.splits[split]), dtype=torch.long)
+        classes = self.splits[split]
+        cache = self.__dict__.setdefault("_split_tensors", {})
+        made = cache.get(split)
+        if made is None or made[0] is not classes or len(made[1]) != len(classes):
+            made = cache[split] = (classes, torch.as_tensor(list(classes), dtype=torch.long))
+        return made[1]
 
     @abstractmethod
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:

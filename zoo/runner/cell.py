@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk
+from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_marker
 from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
@@ -111,7 +111,7 @@ def run_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None,
     if markers:  # the group's files on the disk, then their `done` markers: one flush a group
         sync_to_disk(root)
         for path in markers:
-            atomic_write_text(path, "")
+            write_marker(path)
     return outcomes
 
 

@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 from zoo.errors import HyperParameterError, ZooError
@@ -94,11 +95,12 @@ class Cell:
                 out[optional] = config[optional]
         return out
 
-    @property
+    @cached_property
     def hash(self) -> str:
+        """:func:`config_hash` of :meth:`config`; computed once (a cell is immutable)."""
         return config_hash(self.config())
 
-    @property
+    @cached_property
     def train_hash(self) -> str:
         return config_hash(self.train_config())
 

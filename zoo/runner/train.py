@@ -8,7 +8,11 @@ method without trainable parameters (a Monte Carlo baseline) is saved as built.
 
 Training episodes are a pure function of the cell's seed and the episode index, and a checkpoint
 holds model, optimizer, every RNG and the step, so a killed training resumes where it stopped
-and ends with the same weights as one that never stopped.
+and ends with the same weights as one that never stopped. A checkpoint is taken every
+``checkpoint_every`` episodes but at most once per ``CHECKPOINT_SECONDS`` of training: a kill
+loses at most the longer of the two, and a training of milliseconds (a suite of many small
+cells) writes no checkpoint, which would cost more than its work. The best model so far
+(``best.pt``) is written with each checkpoint, the one state a resume needs it in.
 """
 
 from __future__ import annotations
@@ -34,15 +38,17 @@ from zoo.errors import NumericalError, ZooError
 from zoo.io import (
     atomic_save,
     atomic_write_json,
-    atomic_write_text,
     load_checkpoint,
     sync_to_disk,
+    write_marker,
 )
 from zoo.method import manual_seed
 from zoo.runner.cells import Cell
 from zoo.runner.schedule import lr_factor
 
 log = logging.getLogger(__name__)
+
+CHECKPOINT_SECONDS = 1.0  # least training time between two checkpoints
 
 
 @dataclass
@@ -168,13 +174,19 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     sample = task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
 
+    best: dict[str, Any] = {}  # the best model's state since this process started: not read back
+    unsaved_best = False  # best.pt is behind ``best``
+
     def save_checkpoint() -> None:
+        nonlocal unsaved_best
+        if unsaved_best:  # before the checkpoint that counts on it
+            atomic_save(best, best_path)
+            unsaved_best = False
         atomic_save({"model": method.state_dict(), "optimizer": optimizer.state_dict(),
                      "state": vars(state), "rng": rng_state()}, ckpt_path)
 
-    best: dict[str, Any] = {}  # best.pt's content when this process saved it: not read back
-
     def run_validation() -> None:
+        nonlocal unsaved_best
         score, payload = validate(method, cell, val_data)
         state.curve[-1][task.selection_key] = score
         if score > state.best_val:
@@ -184,7 +196,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
             # state dict may hold a module's extra state (a dict) beside its tensors
             best.update({"model": copy.deepcopy(method.state_dict()),
                          **payload, "episode": state.episode})
-            atomic_save(best, best_path)
+            unsaved_best = True
 
     bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
                leave=False, disable=not progress, unit="ep")
@@ -197,7 +209,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
             p.grad = None
 
     method.train()
-    last_checkpoint = state.episode
+    last_checkpoint, last_checkpoint_seconds = state.episode, state.seconds
     while state.episode < cell.train_episodes:
         start = time.perf_counter()
         n = min(meta_batch, cell.train_episodes - state.episode)
@@ -221,11 +233,12 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
                 log.debug("%s: %s", cell.label, exc)
                 finite = False
                 break
-            if not torch.isfinite(loss):
+            value = float(loss.detach())
+            if not math.isfinite(value):
                 finite = False
                 break
             loss.backward()
-            total += float(loss.detach())
+            total += value
         finite = finite and all(torch.isfinite(p.grad).all() for p in params
                                 if p.grad is not None)
         if finite:
@@ -263,9 +276,10 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         # checkpoint there would only be read after a kill in between, which resumes the same
         # from the one before
         if state.episode - last_checkpoint >= cell.checkpoint_every and \
+                state.seconds - last_checkpoint_seconds >= CHECKPOINT_SECONDS and \
                 state.episode < cell.train_episodes:
             save_checkpoint()
-            last_checkpoint = state.episode
+            last_checkpoint, last_checkpoint_seconds = state.episode, state.seconds
     bar.close()
     check_skipped(cell, state)
     return _finish(cell, folder, method, state, validating, device, markers, best or None)
@@ -319,7 +333,7 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
         markers.append(folder / "done")
     else:
         sync_to_disk(folder)  # what `done` declares complete is on the disk before it
-        atomic_write_text(folder / "done", "")
+        write_marker(folder / "done")
     return TrainedModel(method, temperature, info)
 
 
