@@ -36,6 +36,8 @@ def test_md_vs_protonet_study_varies_one_factor_of_md_bfsc():
     md = {c.variant: c for c in cells if c.method == "md-bfsc"}
     assert md["default"].kernel == "rbf" and md["kernel=COS"].kernel == "cosine"
     assert md["kernel_lr=1e-2"].hparams["kernel_lr"] == 1e-2
+    assert md["outputscale_lr=1e-1"].hparams["outputscale_lr"] == 1e-1
+    assert md["outputscale_lr=1e-1"].hparams["kernel_lr"] == md["default"].hparams["kernel_lr"]
     assert not md["normalize=false"].hparams["normalize"]
     proto = {c.train_hash for c in cells if c.method == "protonet"}
     assert len(proto) == 1  # the reference is trained once
