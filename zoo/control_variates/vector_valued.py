@@ -88,6 +88,14 @@ def loss(k0: Tensor, B: Tensor, task: Tensor, fx: Tensor, alpha: Tensor, beta: T
     return (resid.pow(2) / H.sum(0)[task]).sum(-1) + lam * (alpha * Ka).sum(-1)
 
 
+def raw_factor(B: Tensor, batch: tuple[int, ...]) -> Tensor:
+    """The unconstrained parameters whose :func:`lower_factor` is B's Cholesky factor (log
+    diagonal), one copy per leading ``batch`` problem."""
+    chol = torch.linalg.cholesky(B)
+    raw = torch.tril(chol, -1) + torch.diag_embed(chol.diagonal(dim1=-2, dim2=-1).log())
+    return raw.expand(*batch, *B.shape[-2:]).clone()
+
+
 def fit_stochastic(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor, B: Tensor,
                    learn_B: bool = False, steps: int = 2000, lr: float = 0.01) -> VVFit:
     """Adam on ``(alpha, beta)`` (and ``B = L L^T`` with ``learn_B``, from ``B``), starting from
@@ -103,9 +111,7 @@ def fit_stochastic(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor,
     alpha = torch.zeros_like(fx, requires_grad=True)
     beta = (torch.zeros(*batch, T, dtype=fx.dtype).index_add(-1, task, fx) / counts
             ).requires_grad_(True)
-    chol = torch.linalg.cholesky(B)
-    raw = (torch.tril(chol, -1) + torch.diag_embed(chol.diagonal(dim1=-2, dim2=-1).log())
-           ).expand(*batch, T, T).clone().requires_grad_(learn_B)
+    raw = raw_factor(B, batch).requires_grad_(learn_B)
     opt = torch.optim.Adam([alpha, beta, raw] if learn_B else [alpha, beta], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     with torch.enable_grad():  # a fit, also where the caller evaluates without gradients
@@ -145,12 +151,9 @@ def fit_profiled(k0: Tensor, task: Tensor, fx: Tensor, *, lam: float | Tensor, B
     full-batch Adam of Algorithm 5 moves ``alpha`` slowly along the Stein Gram matrix's small
     eigenvalues; here ``alpha`` and ``beta`` are optimal at every step. Leading axes are
     independent problems, as in :func:`fit_stochastic`."""
-    T = int(task.max()) + 1
     batch = fx.shape[:-1]
     lam_ = torch.as_tensor(lam, dtype=fx.dtype).expand(batch)
-    chol = torch.linalg.cholesky(B)
-    raw = (torch.tril(chol, -1) + torch.diag_embed(chol.diagonal(dim1=-2, dim2=-1).log())
-           ).expand(*batch, T, T).clone().requires_grad_(True)
+    raw = raw_factor(B, batch).requires_grad_(True)
     opt = torch.optim.Adam([raw], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     with torch.enable_grad():  # a fit, also where the caller evaluates without gradients
