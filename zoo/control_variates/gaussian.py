@@ -38,7 +38,7 @@ from zoo.control_variates import linear, neural, vector_valued
 from zoo.control_variates.fitting import CVEstimate, check_mode, fit_size
 from zoo.errors import HyperParameterError
 from zoo.expectations import Estimate, Estimator, FusedIntegrand, Integrand, Rule, standard_normal_draws
-from zoo.kernels import RBFKernel
+from zoo.kernels import Kernel, RBFKernel
 from zoo.stein_kernels import stein_kernel
 
 
@@ -281,25 +281,9 @@ class VectorValuedCVEstimator(_FittedCV):
         return torch.stack([standard_normal_draws(self.samples, dim, method=self.draws,
                                                   seed=seed + t) for t in range(tasks)])
 
-    def kernel(self, z: Tensor, values: Tensor) -> RBFKernel:
-        d = z.shape[-1]
-        grid = ([self.lengthscale] if self.lengthscale is not None
-                else [math.sqrt(d) * v for v in linear.LENGTHSCALES])
-        best = None
-        for ell in grid:
-            kernel = RBFKernel(d, lengthscale=ell, learn_outputscale=False).double()
-            K0 = stein_kernel(kernel, z, z, -z, -z).detach()  # [T, S, S]
-            jitter = linear.NUGGET * K0.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(1e-300)
-            try:
-                total = float(linear.gls_fit(K0, values.detach(), jitter)[2].sum())
-            except torch.linalg.LinAlgError:
-                continue
-            if best is None or total > best[0]:
-                best = (total, kernel)
-        if best is None:
-            raise torch.linalg.LinAlgError("vv-cv: no lengthscale gave positive-definite Stein "
-                                           "Gram matrices; raise lam or set lengthscale")
-        return best[1]
+    def kernel(self, z: Tensor, values: Tensor) -> Kernel:
+        return linear.select_stein_kernel([(z, -z, values.detach())],
+                                          lengthscale=self.lengthscale).kernel
 
     def fit(self, z: Tensor, values: Tensor, centre: bool) -> CVEstimate:
         kernel = self.kernel(z, values)

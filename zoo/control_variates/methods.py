@@ -16,8 +16,6 @@ from zoo.control_variates import linear, neural, vector_valued
 from zoo.control_variates.fitting import MODES, CVEstimate, fit_size
 from zoo.errors import EpisodeError
 from zoo.hparams import HParam
-from zoo.kernels import RBFKernel
-from zoo.stein_kernels import BoundaryKernel
 from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationMethod, IntegrationProblem
 
 
@@ -226,28 +224,11 @@ class VectorValuedCV(IntegrationMethod):
     @staticmethod
     def select_kernel(z: Tensor, s: Tensor, fx: Tensor, task: Tensor, boundary: bool) -> Tensor:
         """The cross-Stein Gram matrix at the lengthscale of highest Stein marginal likelihood,
-        summed over the integrals (``B = I``)."""
-        d = z.shape[-1]
-        best = None
-        for v in linear.LENGTHSCALES:
-            kernel = RBFKernel(d, lengthscale=d**0.5 * v, learn_outputscale=False).double()
-            kernel = BoundaryKernel(kernel) if boundary else kernel
-            k0 = vector_valued.base_gram(kernel, z, s)
-            total = 0.0
-            try:
-                for t in range(int(task.max()) + 1):
-                    idx = task == t
-                    block = k0[idx][:, idx]
-                    jitter = linear.NUGGET * block.diagonal().mean()
-                    total += float(linear.gls_fit(block, fx[idx, None], jitter)[2])
-            except torch.linalg.LinAlgError:
-                continue
-            if best is None or total > best[0]:
-                best = (total, k0)
-        if best is None:
-            raise torch.linalg.LinAlgError("no lengthscale gave positive-definite Stein Gram "
-                                           "matrices")
-        return best[1]
+        summed over the integrals (``B = I``: each integral's own block)."""
+        blocks = [(z[task == t], s[task == t], fx[task == t, None])
+                  for t in range(int(task.max()) + 1)]
+        kernel = linear.select_stein_kernel(blocks, boundary=boundary).kernel
+        return vector_valued.base_gram(kernel, z, s)
 
 
 class MetaControlVariate(IntegrationMethod):
