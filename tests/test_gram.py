@@ -1,6 +1,9 @@
 """The GP algebra routes of zoo.gram / zoo.gp: the feature (Woodbury) route and the Nystrom
 factor give the dense route's answers; a shared kernel with shared sites is factorised once."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -144,3 +147,15 @@ def test_feature_maps_reproduce_the_gram_matrix(name, options, batch):
 def test_kernels_without_a_feature_map_say_so():
     assert BUILTIN["rbf"](3).map_dim(3) is None
     assert BUILTIN["polynomial"](3, order=3).map_dim(3) is None
+
+
+def test_shapes_do_not_import_sympy():
+    """``torch.broadcast_shapes`` imports sympy (about a second in every worker process): the Gram
+    and kernel shapes use NumPy's rule instead."""
+    code = ("import sys, torch\n"
+            "from zoo.gram import FeatureGram\n"
+            "from zoo.kernels import RBFKernel\n"
+            "assert FeatureGram(torch.ones(3, 1, 4, 2), torch.ones(5, 2)).shape == (3, 1, 4, 5)\n"
+            "assert RBFKernel(2).base_diag(torch.ones(4, 2)).shape == (4,)\n"
+            "assert 'sympy' not in sys.modules, 'sympy was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache, cached_property
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,7 +45,8 @@ class FeatureGram:
 
     @property
     def shape(self) -> torch.Size:
-        batch = torch.broadcast_shapes(self.left.shape[:-2], self.right.shape[:-2])
+        # NumPy's rule, not torch.broadcast_shapes: that one imports sympy (~1 s per process)
+        batch = np.broadcast_shapes(self.left.shape[:-2], self.right.shape[:-2])
         return torch.Size((*batch, self.left.shape[-2], self.right.shape[-2]))
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -137,7 +138,8 @@ class RBFKernel(Kernel):
         return torch.exp(-0.5 * _sqdist(x1, x2) / self._positive(self.raw_lengthscale) ** 2)
 
     def base_diag(self, x: Tensor) -> Tensor:
-        return x.new_ones(torch.broadcast_shapes(self.batch_shape + (1,), x.shape[:-1]))
+        # NumPy's rule: torch.broadcast_shapes imports sympy (~1 s per process)
+        return x.new_ones(np.broadcast_shapes(self.batch_shape + (1,), x.shape[:-1]))
 
 
 class MaternKernel(RBFKernel):

@@ -85,7 +85,7 @@ def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
 
 def moved(before: tuple[Tensor, Tensor], after: tuple[Tensor, Tensor]) -> float:
     """The largest change of a marginal mean or variance between two iterates ``(mean, var)``."""
-    return max(float((a - b).abs().max()) for a, b in zip(after, before, strict=True))
+    return max(float((a - b).detach().abs().max()) for a, b in zip(after, before, strict=True))
 
 
 def _mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, jitter: JitterPolicy,
