@@ -97,7 +97,7 @@ class EpisodeSampler:
         keys = torch.rand((self.way, int(sizes.max())), generator=g)
         keys[torch.arange(keys.shape[1]) >= sizes[:, None]] = 2.0
         examples = keys.argsort(dim=1)[:, :k]
-        x = self.dataset.gather(classes, examples)  # [way, k, ...]
+        x = self.dataset.augment(self.dataset.gather(classes, examples), self.split, g)
         labels = torch.arange(self.way, device=x.device)
         return Episode(
             support_x=x[:, : self.shot].reshape(self.way * self.shot, *x.shape[2:]),

@@ -80,6 +80,27 @@ def test_minimal_augmentation_rotates_and_distorts_training_characters_only(
         omniglot_minimal.load_omniglot_minimal(minimal_data_dir, distortions=-1)
 
 
+def test_fresh_distortions_redraw_every_training_episode_from_its_seed(
+        minimal, minimal_data_dir, zoo_cache, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(zoo_cache))
+    ds = omniglot_minimal.load_omniglot_minimal(minimal_data_dir, download=False,
+                                                fresh_distortions=True)
+    fresh = EpisodeSampler(ds, "train", way=5, shot=1, query=2, seed=3)
+    plain = EpisodeSampler(minimal, "train", way=5, shot=1, query=2, seed=3)
+    a, again, upright = fresh[0], fresh[0], plain[0]
+    assert a.info["classes"] == upright.info["classes"]  # the same draw of classes and examples
+    assert torch.equal(a.support_x, again.support_x)  # a pure function of the episode's seed
+    change = (a.support_x - upright.support_x).abs().mean(dim=(1, 2, 3))
+    assert bool((change > 0).all()) and float(change.max()) < 0.3  # every image, slightly
+    other = EpisodeSampler(ds, "train", way=5, shot=1, query=2, seed=4)[0]
+    assert not torch.equal(other.support_x, a.support_x)
+    for split in ("val", "test"):  # held-out episodes untouched
+        same = EpisodeSampler(ds, split, way=5, shot=1, query=2, seed=3)[0]
+        assert torch.equal(same.query_x, EpisodeSampler(minimal, split, 5, 1, 2, seed=3)[0].query_x)
+    with pytest.raises(ZooError, match="fresh_distortions"):
+        omniglot_minimal.load_omniglot_minimal(minimal_data_dir, fresh_distortions="yes")
+
+
 CHILD = """
 import hashlib, sys, torch
 from zoo import EpisodeSampler

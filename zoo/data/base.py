@@ -103,6 +103,12 @@ class FewShotDataset(ABC):
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
         """Images ``[way, k, C, H, W]`` for class indices ``[way]`` and example indices ``[way, k]``."""
 
+    def augment(self, x: Tensor, split: str, generator: torch.Generator) -> Tensor:
+        """An episode's images ``[way, k, C, H, W]`` of ``split`` as its training sees them, drawn
+        with the episode's own ``generator`` (after its classes and examples, so an episode is
+        still a pure function of its seed): unchanged, by default."""
+        return x
+
     def fixed_episodes(self, split: str) -> list | None:
         """For evaluation protocols made of fixed, published episodes (Lake's one-shot runs):
         the list of :class:`~zoo.Episode`; ``None`` (the default) for sampled episodes."""

@@ -85,7 +85,7 @@ def random_affine(images: torch.Tensor, generator: torch.Generator) -> torch.Ten
     cos, sin = torch.cos(angle), torch.sin(angle)
     # inverse map used by grid_sample: output pixel -> input location
     theta = torch.stack([torch.stack([cos / sx, (-sin + shear) / sx, tx], -1),
-                         torch.stack([sin / sy, cos / sy, ty], -1)], 1)
+                         torch.stack([sin / sy, cos / sy, ty], -1)], 1).to(images.device)
     grid = F.affine_grid(theta, list(images.shape), align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
@@ -98,13 +98,17 @@ class CharacterDataset(TensorDataset):
     rotated by ``r`` quarter turns counter-clockwise, and the ``splits`` given name characters,
     each of which brings its four classes into the split (``rotated_splits``: only those splits;
     the others keep each character upright, as Lake's protocol tests on). Rotation happens on
-    gathering, so the stored set does not grow.
+    gathering, so the stored set does not grow. ``distorted_splits``: the episodes of these splits
+    see every image through a fresh :func:`random_affine` map, drawn from the episode's own
+    generator (:meth:`augment`; a training episode is still a pure function of its seed).
     """
 
     def __init__(self, name: str, images: Tensor, labels: Tensor, class_names: Sequence[str],
                  splits: Mapping[str, Sequence[int]], rotations: bool = False,
-                 rotated_splits: Collection[str] | None = None):
+                 rotated_splits: Collection[str] | None = None,
+                 distorted_splits: Collection[str] = ()):
         super().__init__(name, images, labels, class_names, splits)
+        self.distorted_splits = frozenset(distorted_splits)
         self.rotations = rotations
         if rotations:
             self.class_names = [f"{n}/rot{90 * r:03d}" for n in self.class_names for r in range(4)]
@@ -112,6 +116,11 @@ class CharacterDataset(TensorDataset):
             turns = {k: range(4) if rotated_splits is None or k in rotated_splits else (0,)
                      for k in splits}
             self.splits = {k: [4 * c + r for c in v for r in turns[k]] for k, v in splits.items()}
+
+    def augment(self, x: Tensor, split: str, generator: torch.Generator) -> Tensor:
+        if split not in self.distorted_splits:
+            return x
+        return random_affine(x.flatten(0, 1), generator).unflatten(0, x.shape[:2])
 
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
         if not self.rotations:

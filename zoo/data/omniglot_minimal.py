@@ -19,7 +19,10 @@ Training-set augmentation, as options of the data set spec (so every result reco
 training character rotated by 90, 180 and 270 degrees as three further classes (validation and
 test characters stay upright, as in Lake's runs); ``distortions = k`` adds ``k`` small random
 affine copies (:func:`~zoo.data.characters.random_affine`, seeded, the same on every machine) of
-every training image as further examples of its class.
+every training image as further examples of its class; ``fresh_distortions = true`` shows every
+training image of every training episode through a fresh random affine map of the same family,
+drawn from the episode's seed (so no two episodes see the same copy, and an episode is still a
+pure function of its seed and index).
 """
 
 from __future__ import annotations
@@ -53,13 +56,16 @@ DISTORTION_SEED = 0
 
 def load_omniglot_minimal(data_dir: str | os.PathLike | None = None, download: bool = True,
                           background: str = "small1", rotations: bool = False,
-                          distortions: int = 0) -> CharacterDataset:
+                          distortions: int = 0, fresh_distortions: bool = False
+                          ) -> CharacterDataset:
     """Lake's minimal Omniglot: train on one small background set, test on the other's alphabets
     (training augmentation: see the module docstring)."""
     if background not in HELD_OUT:
         raise ZooError(f"background must be 'small1' or 'small2', got {background!r}")
     if not isinstance(distortions, int) or distortions < 0:
         raise ZooError(f"distortions must be a whole number of copies >= 0, got {distortions!r}")
+    if not isinstance(fresh_distortions, bool):
+        raise ZooError(f"fresh_distortions must be true or false, got {fresh_distortions!r}")
     other = "small2" if background == "small1" else "small1"
     root = data_root(data_dir) / "omniglot"
     train, held = (cached_zip(find_archive(root, RESOURCES[k], dataset="omniglot-minimal",
@@ -90,4 +96,5 @@ def load_omniglot_minimal(data_dir: str | os.PathLike | None = None, download: b
     for split, names in HELD_OUT[background].items():
         splits[split] = [n_train + c for c, a in enumerate(held_kept.alphabets) if a in names]
     return CharacterDataset("omniglot-minimal", both.images, both.labels, both.characters, splits,
-                            rotations=rotations, rotated_splits=("train",))
+                            rotations=rotations, rotated_splits=("train",),
+                            distorted_splits=("train",) if fresh_distortions else ())
