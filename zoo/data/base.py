@@ -106,7 +106,8 @@ class FewShotDataset(ABC):
     def augment(self, x: Tensor, split: str, generator: torch.Generator) -> Tensor:
         """An episode's images ``[way, k, C, H, W]`` of ``split`` as its training sees them, drawn
         with the episode's own ``generator`` (after its classes and examples, so an episode is
-        still a pure function of its seed): unchanged, by default."""
+        still a pure function of its seed): unchanged, by default. (Image sets read from files
+        augment while decoding instead, before their tensors exist: :mod:`zoo.data.images`.)"""
         return x
 
     def fixed_episodes(self, split: str) -> list | None:

@@ -53,7 +53,7 @@ class ImageFileDataset(FileDataset):
                  augment: bool = False):
         super().__init__(name, files, class_names, splits, eval_transform(image_size),
                          image_size, in_channels=3)
-        self.augment = augment
+        self.augmented = augment
         self.train_transform = train_transform(image_size)
         self._train_classes = set(self.splits.get("train", ())) if augment else set()
 
