@@ -67,7 +67,7 @@ def check_chain_moments(ep: Episode, sampler: str, points: int, chains: int, ste
     method = OVE(IdentityBackbone(1), way=ep.way, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
                  chains=chains, sampler=sampler)
     K = method.kernel_matrices(ep).Kss.detach()
-    _, psi, _ = method.gibbs(K, ep.support_y, steps, ep, torch.Generator().manual_seed(0))
+    _, psi, _, _ = method.gibbs(K, ep.support_y, steps, ep, torch.Generator().manual_seed(0))
     mean, cov = exact_psi_moments(Pairs(ep.support_y, ep.way).prior_cov(K).numpy(), points)
     se = np.sqrt(np.diag(cov) / psi.shape[0])
     assert np.all(np.abs(psi.mean(0).numpy() - mean) < 4 * se), (psi.mean(0), mean, se)
