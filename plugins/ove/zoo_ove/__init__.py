@@ -40,9 +40,8 @@ Prediction: given a state of each chain, the Gaussian predictive of the query's 
 the ``estimator`` (Gauss-Hermite, 20 nodes) for ``E[log sigmoid(f_c - f_c')]`` on every pairwise
 difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
 averaged over chains (the authors average log-probabilities; a mixture over the chains' states is
-the predictive). Two conditionings (hyper-parameter ``predictive``), each a Rao-Blackwellised
-estimator of the same posterior of the query functions, ``p(f_* | y) = E_{p(w | y)}[p(f_* | w)]
-= E_{p(f | y)}[p(f_* | f)]``:
+the predictive). Two conditionings (hyper-parameter ``predictive``); both use the same posterior
+of the query functions, ``p(f_* | y) = E_{p(w | y)}[p(f_* | w)] = E_{p(f | y)}[p(f_* | f)]``:
 
 * ``conditional`` (default, the authors'): on each chain's last ``w``, the joint Gaussian of all
   class functions given the pair sites (the pair-space or class-weight algebra above: at 50 way
@@ -55,12 +54,16 @@ estimator of the same posterior of the query functions, ``p(f_* | y) = E_{p(w | 
   sigma^2`` and natural mean ``f_c / sigma^2`` (``sigma^2`` the jitter policy's initial relative
   jitter times the mean prior variance: the limit ``sigma -> 0`` up to that jitter, on the dense
   and the feature route alike, for a singular ``K_c`` too); its one factorisation per episode (per
-  class, or one for a kernel shared by the classes) serves every chain and state. Not the same
-  class probabilities as ``conditional``: the softmax of expected log-likelihoods is taken per
-  conditioning state, and the Gaussian given ``f`` is narrower than the one given ``w``, so the two
-  differ by more than Monte-Carlo error where the predictive variance is large
-  (``benchmarks/cards/ove.md``). For ``loss = pl`` the chain's ``f``, like ``w``, is held fixed
-  and the meta-gradient flows through ``K_c``, ``K_*c`` and ``k_**``.
+  class, or one for a kernel shared by the classes) serves every chain and state.
+
+The two give different class probabilities, not two estimates of one. Since ``f_*`` depends on
+``w`` only through ``f``, ``conditional``'s class scores are the average over ``f | w`` of
+``samples``' scores, ``E_{f_* | w}[g] = E_{f | w}[E_{f_* | f}[g]]``; ``conditional`` takes the
+softmax of that average, ``samples`` averages the softmax over states, a mixture of the states'
+sharper and more dispersed predictions. On validation the mixture is the less confident and the
+worse (``benchmarks/cards/ove.md``), so ``conditional`` stays the default. For ``loss = pl`` the
+chain's ``f``, like ``w``, is held fixed and the meta-gradient flows through ``K_c``, ``K_*c`` and
+``k_**`` (at fixed ``f`` the mean does not depend on the kernel's output scale).
 """
 
 from __future__ import annotations
