@@ -349,7 +349,8 @@ def test_sweep_draws_from_each_class_conditional(route):
 
 def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatch):
     """The predictive's quadrature is formed a few queries at a time (50-way episodes need tens
-    of GB at once); the blocks give the unblocked scores exactly, with and without gradients."""
+    of GB at once); the blocks give the unblocked scores exactly, with and without gradients, and
+    checkpointed (training) the same meta-gradient."""
     g = torch.Generator().manual_seed(0)
     ep = Episode(torch.randn(6, 1, generator=g), torch.tensor([0, 1, 2, 0, 1, 2]),
                  torch.randn(5, 1, generator=g), torch.tensor([0, 1, 2, 0, 1]), way=3, shot=2,
@@ -360,11 +361,16 @@ def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatc
         whole = method.predict(ep).probs
     loss_whole = OVE(IdentityBackbone(1), way=3, kernel=RBFKernel(1), loss="pl", chains=4)
     value = loss_whole.meta_loss(ep)
+    grads = torch.autograd.grad(value, list(loss_whole.parameters()))
     monkeypatch.setattr(zoo_ove, "QUADRATURE_ELEMENTS", 1)  # one query per block
     with torch.no_grad():
         blocked = method.predict(ep).probs
     assert torch.equal(whole, blocked)
-    assert torch.equal(value, loss_whole.meta_loss(ep))
+    value_blocked = loss_whole.meta_loss(ep)  # blocks checkpointed: the same gradient
+    assert torch.equal(value, value_blocked)
+    for a, b in zip(grads, torch.autograd.grad(value_blocked, list(loss_whole.parameters())),
+                    strict=True):
+        assert torch.allclose(a, b, rtol=1e-12, atol=0)
 
 
 def _random_episode(way: int, shot: int, query: int, dim: int, seed: int) -> Episode:

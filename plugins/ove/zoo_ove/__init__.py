@@ -73,6 +73,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 import zoo
 from zoo import Episode, Prediction
@@ -393,13 +394,21 @@ class OVE(GPMethod):
         diff_var = diff_var.clamp_min(0)
         estimator = self.estimator(nodes=self.hparams["quadrature"])
         # the [R, q, pairs, nodes] evaluations in blocks of queries (368 M at 50-way 15 queries
-        # per class with 20 chains: GB at once); elementwise, so blocks change no number
+        # per class with 20 chains: GB at once); elementwise, so blocks change no number. Where
+        # a gradient flows each block is checkpointed (redone in the backward pass instead of
+        # keeping every block's evaluations): the memory of one block in training too
         block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :].numel()
                                                * self.hparams["quadrature"]))
-        expected = torch.cat([estimator.expect(_logsigmoid_of_scalar, m[..., None],
-                                               v[..., None]).value
-                              for m, v in zip(diff_mean.split(block, dim=-2),
-                                              diff_var.split(block, dim=-2), strict=True)], dim=-2)
+
+        def expect(m: Tensor, v: Tensor) -> Tensor:
+            return estimator.expect(_logsigmoid_of_scalar, m[..., None], v[..., None]).value
+
+        blocks = list(zip(diff_mean.split(block, dim=-2), diff_var.split(block, dim=-2),
+                          strict=True))
+        grad = torch.is_grad_enabled() and (diff_mean.requires_grad or diff_var.requires_grad)
+        expected = torch.cat([checkpoint(expect, m, v, use_reentrant=False)
+                              if grad and len(blocks) > 1 else expect(m, v) for m, v in blocks],
+                             dim=-2)
         return (mean.new_zeros(mean.shape).index_add(-1, a, expected)
                 .index_add(-1, b, expected - diff_mean))
 
