@@ -15,6 +15,10 @@ glibc's default malloc, so freed buffers go back to the kernel) and ``max_memory
 GPU. GP methods use the cosine kernel unless ``--kernel`` names another (``default``: each
 method's own); ``--algebra`` overrides the route (default ``auto``, :mod:`zoo.gram`).
 
+``--methods`` takes registered names or specs with test-time hyper-parameters,
+``name[key=value,...]`` (:mod:`zoo.spec`), e.g. ``ove[predictive=samples]`` beside ``ove``: each
+spec is one row.
+
 ``--max-pairs`` skips OVE cells whose training pair space (``M = N (C - 1)`` one-vs-each
 differences) is larger (default: none skipped; with the cosine kernel OVE conditions on its
 Polya-Gamma draws in the ``C D`` class weights, :mod:`zoo_ove.weights`, at any way).
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -40,6 +45,7 @@ from pathlib import Path
 import torch
 
 from zoo import build_method
+from zoo.spec import parse_spec
 from zoo.testing import toy_episode
 
 log = logging.getLogger("gp_scale")
@@ -91,15 +97,17 @@ def timed(fn: Callable[[], object], device: torch.device, clock: str = "wall") -
 
 
 def skip_reason(name: str, way: int, shot: int, query: int, max_pairs: int | None) -> str | None:
-    if name == "ove" and max_pairs is not None:
+    if parse_spec(name, "method")[0] == "ove" and max_pairs is not None:
         pairs = way * (shot + query) * (way - 1)  # the training objective's pair space
         if pairs > max_pairs:
             return f"pair space M={pairs} > {max_pairs}"
     return None
 
 
-def build(name: str, way: int, kernel: str, algebra: str, device: torch.device, **hparams):
-    options = {} if name == "protonet" else {"algebra": algebra, **hparams}
+def build(spec: str, way: int, kernel: str, algebra: str, device: torch.device, **hparams):
+    """The method a spec names (``name`` or ``name[key=value,...]``), on this cell's sizes."""
+    name, given = parse_spec(spec, "method")
+    options = given if name == "protonet" else {"algebra": algebra, **hparams, **given}
     k = None if name == "protonet" or kernel == "default" else kernel
     return build_method(name, way=way, in_channels=1, image_size=28, backbone="conv4s", seed=0,
                         kernel=k, **options).to(device)
@@ -193,7 +201,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
-    args.methods = args.methods.split(",")
+    args.methods = re.split(r",(?![^\[]*\])", args.methods)  # commas outside [...]
     args.phases = args.phases.split(",")
     args.inducing = [int(m) for m in args.inducing.split(",")]
     torch.set_num_threads(args.threads)
@@ -202,7 +210,7 @@ def main() -> None:
     print(f"device {device}, {args.threads} thread(s), {args.clock} clock, kernel {args.kernel}, algebra "
           f"{args.algebra}, {args.stat} of {args.repeat} interleaved rounds, {args.query} "
           "queries/class")
-    print(f"{'way':>4} {'shot':>4} {'method':>17} {'test s':>8} {'x proto':>7} {'MB':>7} "
+    print(f"{'way':>4} {'shot':>4} {'method':>24} {'test s':>8} {'x proto':>7} {'MB':>7} "
           f"{'train s':>8} {'x proto':>7} {'MB':>7}")
     results = []
     for way in map(int, args.ways.split(",")):
@@ -212,7 +220,7 @@ def main() -> None:
             for name, r in res.items():
                 results.append({"way": way, "shot": shot, "method": name, **r})
                 if "skipped" in r:
-                    print(f"{way:>4} {shot:>4} {name:>17}  skipped: {r['skipped']}")
+                    print(f"{way:>4} {shot:>4} {name:>24}  skipped: {r['skipped']}")
                     continue
                 cols = []
                 for phase in ("test", "train"):
@@ -222,7 +230,7 @@ def main() -> None:
                     ratio = r[f"{phase}_s"] / proto[f"{phase}_s"] if proto else float("nan")
                     cols.append(f"{r[f'{phase}_s']:8.3f} {ratio:7.2f} "
                                 f"{r[f'{phase}_peak_mb']:7.0f}")
-                print(f"{way:>4} {shot:>4} {name:>17} {' '.join(cols)}", flush=True)
+                print(f"{way:>4} {shot:>4} {name:>24} {' '.join(cols)}", flush=True)
     nystrom = []
     if not args.skip_nystrom:
         print("md-bfsc, RBF kernel, 50-way 20-shot test episode: exact (dense) vs Nystrom")

@@ -5,6 +5,7 @@ import pytest
 import torch
 import zoo_ove
 from scipy.stats import multivariate_normal
+from torch import Tensor
 from zoo_ove import OVE, Pairs
 from zoo_ove.weights import ClassWeights
 
@@ -67,7 +68,7 @@ def check_chain_moments(ep: Episode, sampler: str, points: int, chains: int, ste
     method = OVE(IdentityBackbone(1), way=ep.way, kernel=RBFKernel(1, lengthscale=0.8, outputscale=2.0),
                  chains=chains, sampler=sampler)
     K = method.kernel_matrices(ep).Kss.detach()
-    _, psi, _ = method.gibbs(K, ep.support_y, steps, ep, torch.Generator().manual_seed(0))
+    _, psi, _, _ = method.gibbs(K, ep.support_y, steps, ep, torch.Generator().manual_seed(0))
     mean, cov = exact_psi_moments(Pairs(ep.support_y, ep.way).prior_cov(K).numpy(), points)
     se = np.sqrt(np.diag(cov) / psi.shape[0])
     assert np.all(np.abs(psi.mean(0).numpy() - mean) < 4 * se), (psi.mean(0), mean, se)
@@ -348,7 +349,8 @@ def test_sweep_draws_from_each_class_conditional(route):
 
 def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatch):
     """The predictive's quadrature is formed a few queries at a time (50-way episodes need tens
-    of GB at once); the blocks give the unblocked scores exactly, with and without gradients."""
+    of GB at once); the blocks give the unblocked scores exactly, with and without gradients, and
+    checkpointed (training) the same meta-gradient."""
     g = torch.Generator().manual_seed(0)
     ep = Episode(torch.randn(6, 1, generator=g), torch.tensor([0, 1, 2, 0, 1, 2]),
                  torch.randn(5, 1, generator=g), torch.tensor([0, 1, 2, 0, 1]), way=3, shot=2,
@@ -359,11 +361,16 @@ def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatc
         whole = method.predict(ep).probs
     loss_whole = OVE(IdentityBackbone(1), way=3, kernel=RBFKernel(1), loss="pl", chains=4)
     value = loss_whole.meta_loss(ep)
+    grads = torch.autograd.grad(value, list(loss_whole.parameters()))
     monkeypatch.setattr(zoo_ove, "QUADRATURE_ELEMENTS", 1)  # one query per block
     with torch.no_grad():
         blocked = method.predict(ep).probs
     assert torch.equal(whole, blocked)
-    assert torch.equal(value, loss_whole.meta_loss(ep))
+    value_blocked = loss_whole.meta_loss(ep)  # blocks checkpointed: the same gradient
+    assert torch.equal(value, value_blocked)
+    for a, b in zip(grads, torch.autograd.grad(value_blocked, list(loss_whole.parameters())),
+                    strict=True):
+        assert torch.allclose(a, b, rtol=1e-12, atol=0)
 
 
 def _random_episode(way: int, shot: int, query: int, dim: int, seed: int) -> Episode:
@@ -450,3 +457,215 @@ def test_pair_space_route_by_the_predictive_cost():
     method = OVE(IdentityBackbone(64), way=50, kernel=CosineKernel(64))
     assert method.route(50, 64, _random_episode(50, 1, 15, 1, seed=0)) == "features"
     assert method.route(5, 64, _random_episode(5, 1, 15, 1, seed=0)) == "dense"
+
+
+# -- predictive = samples: the query functions given the chains' Gibbs states of f -------------
+
+
+def _per_class_prior(C: int, n: int, Q: int, seed: int, scales=(1.0, 2.5, 0.6)):
+    """Per-class RBF priors with different output scales (a predictive that used another class's
+    ``K`` would be wrong) on 1-D points: ``Kss`` ``[C, n, n]``, ``Ksq`` ``[C, n, Q]``, ``kqq``
+    ``[C, Q]`` and the whole ``[C, n + Q, n + Q]``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.linspace(-1.5, 1.5, n + Q, dtype=torch.float64)[torch.randperm(n + Q, generator=g)]
+    base = torch.exp(-0.5 * (x[:, None] - x[None, :]).pow(2) / 0.8**2)
+    full = torch.tensor(scales[:C], dtype=torch.float64)[:, None, None] * base
+    return full[:, :n, :n], full[:, :n, n:], torch.diagonal(full[:, n:, n:], dim1=-2, dim2=-1), full
+
+
+def test_state_predictive_is_the_dense_gaussian_conditional():
+    """``f_*c | f_c`` (``state_predictive``) against conditioning the dense joint Gaussian of
+    every class's support and query functions (block-diagonal over classes) on all of ``f``:
+    per-class output scales (a wrong class's ``K`` fails), dense RBF route; and on the feature
+    route with one factor per class and more points than features (a singular ``K_c``: the
+    reference uses the pseudo-inverse). The observation's ``sigma^2`` (the policy's 1e-8
+    relative jitter) moves the mean by about ``sigma^2 / lambda_min(K_c)`` relative, 4e-6 for
+    the RBF priors here: tolerance 2e-5."""
+    C, n, Q, S = 3, 5, 4, 2
+    method = OVE(IdentityBackbone(1), way=C, kernel=RBFKernel(1), predictive="samples")
+    ep = line_episode()
+    g = torch.Generator().manual_seed(8)
+
+    def reference(full: Tensor, f: Tensor) -> tuple[Tensor, Tensor]:
+        joint = torch.block_diag(*full).numpy()  # [C (n + Q)] ordered class by class
+        sup = np.concatenate([np.arange(c * (n + Q), c * (n + Q) + n) for c in range(C)])
+        qry = np.concatenate([np.arange(c * (n + Q) + n, (c + 1) * (n + Q)) for c in range(C)])
+        gain = joint[np.ix_(qry, sup)] @ np.linalg.pinv(joint[np.ix_(sup, sup)], hermitian=True,
+                                                        rcond=1e-10)
+        mean = f.reshape(S, -1).numpy() @ gain.T  # [S, C Q]
+        cov = joint[np.ix_(qry, qry)] - gain @ joint[np.ix_(sup, qry)]
+        return (torch.from_numpy(mean).reshape(S, C, Q).transpose(-1, -2),
+                torch.from_numpy(np.diag(cov).copy()).reshape(C, Q).T.expand(S, Q, C))
+
+    Kss, Ksq, kqq, full = _per_class_prior(C, n, Q, seed=1)
+    f = prior_draws(Kss, S, g)  # [S, C, n], in the range of each K_c
+    mean, var = method.state_predictive(Kss, f, Ksq, kqq, ep)
+    ref_mean, ref_var = reference(full, f)
+    assert torch.allclose(mean, ref_mean, atol=2e-5) and torch.allclose(var, ref_var, atol=2e-5)
+
+    D = 2  # one factor per class, rank 2 < 5 support points
+    phi = torch.randn(C, n + Q, D, generator=g, dtype=torch.float64)
+    full = phi @ phi.mT
+    f = prior_draws(full[:, :n, :n], S, g)
+    mean, var = method.state_predictive(FeatureGram.of(phi[:, :n]), f,
+                                        FeatureGram(phi[:, :n], phi[:, n:]),
+                                        torch.diagonal(full[:, n:, n:], dim1=-2, dim2=-1), ep)
+    ref_mean, ref_var = reference(full, f)
+    assert torch.allclose(mean, ref_mean, atol=2e-5) and torch.allclose(var, ref_var, atol=2e-5)
+
+
+def test_samples_and_conditional_estimate_the_same_query_posterior():
+    """Both predictives are Rao-Blackwellised estimators of ``p(f_* | y)``: over 3,000 chains
+    (3 classes with per-class output scales, 4 support points, 3 queries, 30 Gibbs steps), the
+    chains' mean of each query function's predictive mean and second moment (``m^2 + v``) given
+    the last ``w`` (joint pair-space algebra) and given the last ``f`` (per-class conditional)
+    agree within 4.5 standard errors of their paired per-chain differences. The same test
+    rejects the variance without its explained term (``k_**`` alone) and the mean from another
+    class's ``K``: both formulas are tested, not only the sampler."""
+    C, n, Q, R = 3, 4, 3, 3000
+    Kss, Ksq, kqq, _ = _per_class_prior(C, n, Q, seed=2)
+    y = torch.tensor([0, 1, 2, 1])
+    ep = Episode(torch.zeros(n, 1), y, torch.zeros(Q, 1), torch.zeros(Q, dtype=torch.long), way=C,
+                 shot=1, info={"seed": 0})
+    method = OVE(IdentityBackbone(1), way=C, kernel=RBFKernel(1), chains=R, predictive="samples")
+    pairs = Pairs(y, C)
+    w, _, _, f = method.gibbs(Kss, y, 30, ep, torch.Generator().manual_seed(3), keep=1)
+    post = method.posterior(method.pair_gram(Kss, pairs), w, torch.full_like(w, 0.5), ep)
+    m_w, cov_w = method.joint_predictive(post, pairs, Ksq, kqq)
+    v_w = torch.diagonal(cov_w, dim1=-2, dim2=-1)
+
+    def disagreement(m_f: Tensor, v_f: Tensor) -> float:
+        """The largest paired difference of the moments, in standard errors."""
+        worst = 0.0
+        for a, b in ((m_w, m_f), (m_w**2 + v_w, m_f**2 + v_f)):
+            d = a - b  # [R, Q, C], independent over chains
+            z = d.mean(0).abs() / (d.std(0) / math.sqrt(R))
+            worst = max(worst, float(z.max()))
+        return worst
+
+    m_f, v_f = method.state_predictive(Kss, f, Ksq, kqq, ep)
+    assert disagreement(m_f, v_f) < 4.5
+    assert disagreement(m_f, kqq.T.expand_as(v_f)) > 4.5  # k_** without - K_*c K_c^-1 K_c*
+    shifted = torch.roll(torch.arange(C), 1)
+    m_wrong, v_wrong = method.state_predictive(Kss[shifted], f, Ksq[shifted], kqq[shifted], ep)
+    assert disagreement(m_wrong, v_wrong) > 4.5
+
+
+def test_samples_keep_the_last_states_and_predict_probabilities():
+    """``keep`` states of each chain, state-major, the last one the chains' final ``f`` (its
+    pairwise differences are the returned ``psi``); with ``steps < keep`` the prior draw is
+    among them; the predictive's probabilities sum to one."""
+    ep = _random_episode(3, 2, 2, 2, seed=4)
+    method = OVE(IdentityBackbone(2), way=3, kernel=RBFKernel(2), chains=4,
+                 predictive="samples", keep=3, test_steps=5)
+    K = method.kernel_matrices(ep).Kss
+    _, psi, _, f = method.gibbs(K, ep.support_y, 5, ep, torch.Generator().manual_seed(0), keep=3)
+    assert f.shape == (3 * 4, 3, 6)
+    assert torch.allclose(Pairs(ep.support_y, 3).apply(f[-4:]), psi)
+    _, _, _, f = method.gibbs(K, ep.support_y, 1, ep, torch.Generator().manual_seed(0), keep=3)
+    assert f.shape == (2 * 4, 3, 6)
+    method.eval()
+    with torch.no_grad():
+        probs = method.predict(ep).probs
+    assert probs.shape == (6, 3)
+    assert torch.allclose(probs.double().sum(-1), torch.ones(6, dtype=torch.float64), atol=1e-6)
+
+
+def test_samples_pl_meta_gradient_equals_an_independent_implementation():
+    """``loss = pl`` with ``predictive = samples``: value and meta-gradient (backbone scale,
+    lengthscale, output scale) against plain dense algebra on the same Gibbs states (per class
+    ``(K_c + sigma^2 I)^-1`` by ``torch.linalg.solve``, Gauss-Hermite on every ordered pair by
+    numpy's nodes, softmax, mean over states), in float64 to 1e-6 of the value and of the
+    largest gradient: the site form ``alpha = nu - S B^-1 S K nu`` with site precisions ``1 /
+    sigma^2`` rounds to about ``eps lambda_max / sigma^2`` (1e-16 x 1e8 x n) relative (the
+    differences shrink in proportion to ``sigma^2`` when it is raised). With ``f`` held fixed the
+    mean ``K_*c K_c^-1 f_c`` does not depend on the output scale, so its gradient, from the
+    variances alone, is small."""
+    ep = _random_episode(3, 2, 2, 2, seed=6)
+    method = OVE(IdentityBackbone(2, learnable=True), way=3, kernel=RBFKernel(2), chains=3,
+                 loss="pl", predictive="samples", keep=2, train_steps=3).double()
+    value = method.meta_loss(ep)
+    ours = torch.autograd.grad(value, list(method.parameters()))
+
+    mats = method.kernel_matrices(ep)
+    from zoo.method import episode_generator
+    *_, f = method.gibbs(mats.Kss, ep.support_y, 3, ep, episode_generator(ep), keep=2)
+    Kss, Ksq, kqq = dense(mats.Kss), dense(mats.Ksq), mats.kqq
+    C, n = Kss.shape[:2]
+    sigma2 = 1e-8 * torch.diagonal(Kss, dim1=-2, dim2=-1).detach().mean()
+    A = Kss + sigma2 * torch.eye(n, dtype=torch.float64)
+    mean = torch.stack([Ksq[c].T @ torch.linalg.solve(A[c], f[:, c].T) for c in range(C)])
+    var = torch.stack([kqq[c] - (Ksq[c] * torch.linalg.solve(A[c], Ksq[c])).sum(0)
+                       for c in range(C)])  # [C, Q]
+    mean = mean.permute(2, 1, 0)  # [S, Q, C]
+    t, wt = np.polynomial.hermite_e.hermegauss(method.hparams["quadrature"])
+    t, wt = torch.from_numpy(t), torch.from_numpy(wt / wt.sum())
+    d_mean = mean[..., :, None] - mean[..., None, :]
+    d_sd = (var.T[:, :, None] + var.T[:, None, :]).sqrt()
+    logsig = (torch.nn.functional.logsigmoid(d_mean[..., None] + d_sd[..., None] * t) * wt).sum(-1)
+    scores = logsig.masked_fill(torch.eye(C, dtype=torch.bool), 0).sum(-1)
+    probs = torch.softmax(scores, -1).mean(0)
+    expected = -probs.gather(1, ep.query_y[:, None]).log().mean()
+    theirs = torch.autograd.grad(expected, list(method.parameters()))
+    assert float(value.detach()) == pytest.approx(float(expected.detach()), rel=1e-6)
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6 * max(t.abs().max() for t in theirs))
+
+
+def test_bad_predictive_settings_are_errors():
+    from zoo.errors import HyperParameterError
+
+    with pytest.raises(HyperParameterError, match="predictive='mean' is not allowed; it must be "
+                       "one of 'conditional', 'samples'"):
+        OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), predictive="mean")
+    with pytest.raises(HyperParameterError, match="predictive='samples' conditions on the Gibbs "
+                       "states of the support functions f, which sampler='joint' does not draw"):
+        OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), predictive="samples", sampler="joint")
+    with pytest.raises(HyperParameterError, match="keep=3 averages Gibbs states of f, which only "
+                       "predictive='samples' uses"):
+        OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), keep=3)
+    with pytest.raises(HyperParameterError, match="keep=0 is not allowed"):
+        OVE(IdentityBackbone(1), way=2, kernel=RBFKernel(1), predictive="samples", keep=0)
+
+
+def test_conformance_samples():
+    check_method("ove", settings=((2, 1), (5, 5)), predictive="samples", keep=2)
+
+
+def test_conditional_scores_are_the_average_of_the_state_scores_given_w():
+    """Tower property: ``f_*`` depends on ``w`` only through ``f``, so ``conditional``'s class
+    scores given ``w`` (joint pair-space algebra) are the average over ``f ~ p(f | w)`` of
+    ``samples``' class scores given ``f`` (``state_predictive``, ``pair_scores``). 20,000 exact
+    draws of ``f | w`` (precision ``K^-1 + A^T W A``, natural mean ``A^T kappa``, dense, 3
+    classes with per-class output scales) agree within 4.5 standard errors of their spread; the
+    state variance without its explained term does not."""
+    C, n, Q, S = 3, 4, 3, 20_000
+    Kss, Ksq, kqq, _ = _per_class_prior(C, n, Q, seed=5)
+    y = torch.tensor([0, 1, 2, 1])
+    pairs = Pairs(y, C)
+    M = len(pairs.point)
+    g = torch.Generator().manual_seed(9)
+    w = torch.rand(1, M, generator=g, dtype=torch.float64) + 0.2
+    method = OVE(IdentityBackbone(1), way=C, kernel=RBFKernel(1), predictive="samples")
+    ep = line_episode()
+    post = method.posterior(method.pair_gram(Kss, pairs), w, torch.full_like(w, 0.5), ep)
+    expected = method.class_log_scores(post, pairs, Ksq, kqq)[0]  # [Q, C]
+
+    A = torch.zeros(M, C * n, dtype=torch.float64)
+    A[torch.arange(M), pairs.label * n + pairs.point] = 1
+    A[torch.arange(M), pairs.other * n + pairs.point] = -1
+    P = torch.linalg.inv(torch.block_diag(*Kss)) + A.T @ torch.diag(w[0]) @ A
+    cov = torch.linalg.inv(P)
+    mean = cov @ (A.T @ torch.full((M,), 0.5, dtype=torch.float64))
+    L = torch.linalg.cholesky(0.5 * (cov + cov.T))
+    f = (mean + torch.randn(S, C * n, generator=g, dtype=torch.float64) @ L.T).reshape(S, C, n)
+    a, b = torch.triu_indices(C, C, 1)
+
+    def worst(m_f: Tensor, v_f: Tensor) -> float:
+        scores = method.pair_scores(m_f, v_f[..., a] + v_f[..., b])  # [S, Q, C]
+        se = scores.std(0) / math.sqrt(S)
+        return float(((scores.mean(0) - expected).abs() / se).max())
+
+    m_f, v_f = method.state_predictive(Kss, f, Ksq, kqq, ep)
+    assert worst(m_f, v_f) < 4.5
+    assert worst(m_f, kqq.T.expand_as(v_f)) > 4.5

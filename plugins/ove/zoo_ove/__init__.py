@@ -36,11 +36,34 @@ log p(y)``. ``train_steps = k`` is a burn-in of ``k - 1`` sweeps that moves ``q_
 ``p(w | y)`` (cost linear in ``k``); chains cannot persist across episodes, since ``w`` indexes an
 episode's own points and classes.
 
-Prediction: for each chain's last ``w``, the Gaussian predictive of the query's class functions,
+Prediction: given a state of each chain, the Gaussian predictive of the query's class functions,
 the ``estimator`` (Gauss-Hermite, 20 nodes) for ``E[log sigmoid(f_c - f_c')]`` on every pairwise
 difference, class scores ``sum_{c' != c}`` of those, a softmax; the probabilities are then
-averaged over chains (the authors average log-probabilities; a mixture over ``w`` is the
-predictive).
+averaged over chains (the authors average log-probabilities; a mixture over the chains' states is
+the predictive). Two conditionings (hyper-parameter ``predictive``); both use the same posterior
+of the query functions, ``p(f_* | y) = E_{p(w | y)}[p(f_* | w)] = E_{p(f | y)}[p(f_* | f)]``:
+
+* ``conditional`` (default, the authors'): on each chain's last ``w``, the joint Gaussian of all
+  class functions given the pair sites (the pair-space or class-weight algebra above: at 50 way
+  a ``3,200 x 3,200`` factorisation and inverse per chain).
+* ``samples`` (blocked sampler only): on each chain's last ``keep`` states of the support
+  functions ``f`` ``[R, C, n]``. Given ``f`` the classes are independent GPs observed without
+  noise, ``f_*c | f_c ~ N(K_*c K_c^-1 f_c, k_** - K_*c K_c^-1 K_c*)``, so each pairwise difference
+  has mean ``m_c - m_c'`` and variance ``v_c + v_c'`` and the same estimator applies. The
+  noise-free observation is the :class:`~zoo.gp.SitePosterior` with site precision ``1 /
+  sigma^2`` and natural mean ``f_c / sigma^2`` (``sigma^2`` the jitter policy's initial relative
+  jitter times the mean prior variance: the limit ``sigma -> 0`` up to that jitter, on the dense
+  and the feature route alike, for a singular ``K_c`` too); its one factorisation per episode (per
+  class, or one for a kernel shared by the classes) serves every chain and state.
+
+The two give different class probabilities, not two estimates of one. Since ``f_*`` depends on
+``w`` only through ``f``, ``conditional``'s class scores are the average over ``f | w`` of
+``samples``' scores, ``E_{f_* | w}[g] = E_{f | w}[E_{f_* | f}[g]]``; ``conditional`` takes the
+softmax of that average, ``samples`` averages the softmax over states, a mixture of the states'
+sharper and more dispersed predictions. On validation the mixture is the less confident and the
+worse (``benchmarks/cards/ove.md``), so ``conditional`` stays the default. For ``loss = pl`` the
+chain's ``f``, like ``w``, is held fixed and the meta-gradient flows through ``K_c``, ``K_*c`` and
+``k_**`` (at fixed ``f`` the mean does not depend on the kernel's output scale).
 """
 
 from __future__ import annotations
@@ -50,11 +73,13 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 import zoo
 from zoo import Episode, Prediction
+from zoo.errors import HyperParameterError
 from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, prior_draws
+from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, prior_draws, shared
 from zoo.gram import FeatureGram, Gram, choose_route, dense
 from zoo.hparams import HParam
 from zoo.method import episode_generator
@@ -175,7 +200,26 @@ class OVE(GPMethod):
         "sampler": HParam("blocked", choices=("blocked", "joint"), doc="Gibbs update of f"),
         "estimator": HParam("gauss-hermite", doc="expectation estimator of the predictive "
                             "(zoo.expectations spec; `quadrature` nodes unless it names its own)"),
+        "predictive": HParam("conditional", choices=("conditional", "samples"),
+                             doc="condition the query functions on each chain's last Polya-Gamma "
+                             "draws w (joint pair-space algebra) or on its Gibbs states of the "
+                             "support functions f (per-class GP conditional; sampler=blocked)"),
+        "keep": HParam(1, ge=1, doc="predictive=samples: the last `keep` Gibbs states of each "
+                       "chain averaged (1: the last state only)"),
     }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        h = self.hparams
+        if h["predictive"] == "samples" and h["sampler"] != "blocked":
+            raise HyperParameterError(
+                f"method 'ove': predictive='samples' conditions on the Gibbs states of the support "
+                f"functions f, which sampler={h['sampler']!r} does not draw (it draws the pairwise "
+                "differences psi); use sampler='blocked' or predictive='conditional'")
+        if h["keep"] > 1 and h["predictive"] != "samples":
+            raise HyperParameterError(
+                f"method 'ove': keep={h['keep']} averages Gibbs states of f, which only "
+                "predictive='samples' uses; leave keep at 1 or set predictive='samples'")
 
     # -- algebra routes ---------------------------------------------------------------------------
 
@@ -225,17 +269,22 @@ class OVE(GPMethod):
     # -- Gibbs sampling ---------------------------------------------------------------------------
 
     def gibbs(self, K: Tensor, y: Tensor, steps: int, episode: Episode,
-              generator: torch.Generator) -> tuple[Tensor, Tensor, list[float]]:
+              generator: torch.Generator, keep: int = 0
+              ) -> tuple[Tensor, Tensor, list[float], Tensor | None]:
         """Run ``chains`` Gibbs chains as one batch from a prior draw of ``f`` (``K``: ``[C, n,
         n]`` prior covariances, ``y``: labels of the ``n`` points); returns the last ``w`` and
-        ``psi = A f`` (each ``[R, M]``) and, per step, the OVE log-likelihood ``sum log
+        ``psi = A f`` (each ``[R, M]``), per step the OVE log-likelihood ``sum log
         sigmoid(psi)`` of the state averaged over chains (a convergence trace, one host transfer
-        at the end)."""
+        at the end) and, with ``keep``, the last ``keep`` states of ``f`` of the ``steps + 1``
+        (the prior draw first), ``[keep R, C, n]`` (state-major; blocked sampler only), else
+        ``None``."""
         R, C, n = self.hparams["chains"], K.shape[0], K.shape[-1]
         pairs = Pairs(y, C)
         gen = device_generator(generator, K.device)
         K = K.detach()
         blocked = self.hparams["sampler"] == "blocked"
+        if keep and not blocked:
+            raise ValueError("the joint sampler draws psi, not f: it keeps no states of f")
         priors = prior_draws(K, R * (steps + 1), gen).unflatten(0, (steps + 1, R))  # [S+1,R,C,n]
         f = priors[0].clone()
         psi = pairs.apply(f)
@@ -243,6 +292,7 @@ class OVE(GPMethod):
         K_psi = None if blocked else self.pair_gram(K, pairs, weights=False)
         trace = []
         w = kappa
+        states = [f] if keep and steps < keep else []
         for step in range(1, steps + 1):
             w = sample_polyagamma(1.0, psi, gen, self.hparams["pg_sampler"])
             if blocked:
@@ -250,12 +300,15 @@ class OVE(GPMethod):
                 f = self._sweep(K, f, pairs.dense(w, C, n), y, priors[step], noise.to(K.device),
                                 episode)
                 psi = pairs.apply(f)
+                if step > steps - keep:
+                    states.append(f)
             else:
                 post = SitePosterior(K_psi, w, kappa, self.jitter, episode.id)
                 noise = torch.randn(psi.shape, generator=gen, dtype=DTYPE, device=gen.device)
                 psi = post.sample(pairs.apply(priors[step]), noise.to(K.device))
             trace.append(F.logsigmoid(psi).sum(-1).mean())
-        return w, psi, torch.stack(trace).tolist() if trace else []
+        kept = torch.cat(states) if states else None
+        return w, psi, torch.stack(trace).tolist() if trace else [], kept
 
     def class_conditional(self, K: Tensor, f: Tensor, w: Tensor, y: Tensor, c: int,
                           episode: Episode) -> SitePosterior:
@@ -301,10 +354,20 @@ class OVE(GPMethod):
 
     def class_log_scores(self, post: SitePosterior, pairs: Pairs, Ksq: Tensor, kqq: Tensor) -> Tensor:
         """``[R, Q, C]`` scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` under each chain's
-        Gaussian predictive, by the ``estimator`` (Gauss-Hermite, ``quadrature`` nodes, by default)
-        on each pairwise difference, a one-dimensional Gaussian, once per unordered pair: since
-        ``log sigmoid(-d) = log sigmoid(d) - d``, ``E[log sigmoid(f_c' - f_c)] = E[log sigmoid(f_c
-        - f_c')] - (m_c - m_c')`` (half the evaluations)."""
+        joint Gaussian predictive given its ``w`` (:meth:`joint_predictive`), by
+        :meth:`pair_scores` on each pairwise difference, a one-dimensional Gaussian."""
+        mean, cov = self.joint_predictive(post, pairs, Ksq, kqq)
+        C = mean.shape[-1]
+        a, b = torch.triu_indices(C, C, 1, device=mean.device)
+        var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
+        return self.pair_scores(mean, var_c[..., a] + var_c[..., b] - 2 * cov[..., a, b])
+
+    @staticmethod
+    def joint_predictive(post: SitePosterior | WeightPosterior, pairs: Pairs, Ksq: Gram,
+                         kqq: Tensor) -> tuple[Tensor, Tensor]:
+        """The class functions at each query given each chain's ``w``: mean ``[R, Q, C]`` and
+        covariance ``[R, Q, C, C]``, in the class weights or the pair space (``psi``'s
+        cross-covariances with the query functions, :meth:`Pairs.cross_cov`)."""
         C, _, Q = Ksq.shape
         if isinstance(post, WeightPosterior):
             right = Ksq.right
@@ -318,29 +381,68 @@ class OVE(GPMethod):
             mean, _ = post.predict(flat, kqq.T.reshape(-1))
             cov = torch.diag_embed(kqq.T) - post.explained_blocks(flat, C)  # [R, Q, C, C]
             mean = mean.unflatten(-1, (Q, C))
-        # each unordered pair once: E[log sigmoid(-d)] = E[log sigmoid(d)] - E[d]
+        return mean, cov
+
+    def pair_scores(self, mean: Tensor, diff_var: Tensor) -> Tensor:
+        """``[..., Q, C]`` scores ``sum_{c' != c} E[log sigmoid(f_c - f_c')]`` from the means
+        ``[..., Q, C]`` of the class functions and the variances ``[..., Q, C (C - 1) / 2]`` of
+        their differences ``f_c - f_c'`` for ``c < c'`` (``triu_indices`` order), by the
+        ``estimator`` once per unordered pair: ``E[log sigmoid(-d)] = E[log sigmoid(d)] - E[d]``."""
+        C = mean.shape[-1]
         a, b = torch.triu_indices(C, C, 1, device=mean.device)
-        diff_mean = mean[..., a] - mean[..., b]  # [R, Q, C (C - 1) / 2]
-        var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
-        diff_var = (var_c[..., a] + var_c[..., b] - 2 * cov[..., a, b]).clamp_min(0)
+        diff_mean = mean[..., a] - mean[..., b]  # [..., Q, C (C - 1) / 2]
+        diff_var = diff_var.clamp_min(0)
         estimator = self.estimator(nodes=self.hparams["quadrature"])
         # the [R, q, pairs, nodes] evaluations in blocks of queries (368 M at 50-way 15 queries
-        # per class with 20 chains: GB at once); elementwise, so blocks change no number
+        # per class with 20 chains: GB at once); elementwise, so blocks change no number. Where
+        # a gradient flows each block is checkpointed (redone in the backward pass instead of
+        # keeping every block's evaluations): the memory of one block in training too
         block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :].numel()
                                                * self.hparams["quadrature"]))
-        expected = torch.cat([estimator.expect(_logsigmoid_of_scalar, m[..., None],
-                                               v[..., None]).value
-                              for m, v in zip(diff_mean.split(block, dim=-2),
-                                              diff_var.split(block, dim=-2), strict=True)], dim=-2)
+
+        def expect(m: Tensor, v: Tensor) -> Tensor:
+            return estimator.expect(_logsigmoid_of_scalar, m[..., None], v[..., None]).value
+
+        blocks = list(zip(diff_mean.split(block, dim=-2), diff_var.split(block, dim=-2),
+                          strict=True))
+        grad = torch.is_grad_enabled() and (diff_mean.requires_grad or diff_var.requires_grad)
+        expected = torch.cat([checkpoint(expect, m, v, use_reentrant=False)
+                              if grad and len(blocks) > 1 else expect(m, v) for m, v in blocks],
+                             dim=-2)
         return (mean.new_zeros(mean.shape).index_add(-1, a, expected)
                 .index_add(-1, b, expected - diff_mean))
+
+    def state_predictive(self, Kss: Gram, f: Tensor, Ksq: Gram, kqq: Tensor,
+                         episode: Episode) -> tuple[Tensor, Tensor]:
+        """``f_*c | f_c`` for Gibbs states ``f`` ``[S, C, n]``: mean ``K_*c K_c^-1 f_c`` and
+        variance ``k_** - K_*c K_c^-1 K_c*`` at the queries, each ``[S, Q, C]``, the classes
+        independent. The noise-free observation of ``f_c`` is the :class:`~zoo.gp.SitePosterior`
+        with site precisions ``1 / sigma^2`` and natural means ``f_c / sigma^2`` (GP regression
+        with noise ``sigma^2``, on the dense or the feature route), ``sigma^2`` the jitter
+        policy's initial relative jitter times the mean prior variance of the support (held
+        fixed for gradients): its sites do not depend on ``f``, so one factorisation (per class,
+        or one for a shared kernel) serves every state."""
+        diag = (FeatureGram(shared(Kss.left), shared(Kss.right)).diagonal()
+                if isinstance(Kss, FeatureGram) else torch.diagonal(shared(Kss), dim1=-2, dim2=-1))
+        sigma2 = self.jitter.initial * diag.detach().to(DTYPE).mean(-1, keepdim=True)  # [1|C, 1]
+        lam = (1 / sigma2).expand(-1, Kss.shape[-1])
+        post = self.posterior(Kss, lam, f.detach().to(DTYPE) / sigma2, episode)
+        mean, var = post.predict(Ksq, kqq)  # [S, C, Q]
+        return mean.transpose(-1, -2), var.transpose(-1, -2)
 
     def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
         mats = self.kernel_matrices(episode)
         pairs = Pairs(episode.support_y, episode.way)
-        w, _, trace = self.gibbs(mats.Kss, episode.support_y, steps, episode,
-                                 episode_generator(episode))
+        samples = self.hparams["predictive"] == "samples"
+        w, _, trace, f = self.gibbs(mats.Kss, episode.support_y, steps, episode,
+                                    episode_generator(episode),
+                                    keep=self.hparams["keep"] if samples else 0)
         C, Q = episode.way, mats.kqq.shape[-1]
+        if samples:
+            mean, var = self.state_predictive(mats.Kss, f, mats.Ksq, mats.kqq, episode)
+            a, b = torch.triu_indices(C, C, 1, device=mean.device)
+            scores = self.pair_scores(mean, var[..., a] + var[..., b])
+            return torch.softmax(scores, -1).mean(0), trace
         prior = self.pair_gram(mats.Kss, pairs, functionals=Q * C)
         probs = []
         for lam in w.split(self.chains_at_once(prior, len(pairs.point), Q, C)):
@@ -359,7 +461,7 @@ class OVE(GPMethod):
             picked = probs.gather(1, episode.query_y[:, None]).clamp_min(1e-300)
             return -picked.log().mean()
         K, y = self.labelled_kernel(episode)
-        w, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
+        w, _, _, _ = self.gibbs(K, y, steps, episode, episode_generator(episode))
         return -self.mean_log_marginal(K, Pairs(y, episode.way), w, episode) / y.numel()
 
     def pair_gram(self, K: Gram, pairs: Pairs, weights: bool = True, functionals: int = 0
