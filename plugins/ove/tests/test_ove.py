@@ -373,6 +373,26 @@ def test_predictive_quadrature_in_blocks_of_queries_changes_no_number(monkeypatc
         assert torch.allclose(a, b, rtol=1e-12, atol=0)
 
 
+def test_blocked_quadrature_harvests_each_integral_once(monkeypatch):
+    """A harvesting ``meta-cv`` estimator has state: its blocks are not checkpointed, so the
+    backward pass neither harvests the integrals again nor steps the meta-CV twice."""
+    g = torch.Generator().manual_seed(0)
+    ep = Episode(torch.randn(6, 1, generator=g), torch.tensor([0, 1, 2, 0, 1, 2]),
+                 torch.randn(5, 1, generator=g), torch.tensor([0, 1, 2, 0, 1]), way=3, shot=2,
+                 info={"seed": 5})
+
+    def harvested(elements: int) -> int:
+        monkeypatch.setattr(zoo_ove, "QUADRATURE_ELEMENTS", elements)
+        torch.manual_seed(0)
+        method = OVE(IdentityBackbone(1), way=3, kernel=RBFKernel(1), loss="pl", chains=4,
+                     estimator="meta-cv[samples=8,width=4,meta_batch=2]")
+        method.meta_loss(ep).backward()
+        return method.estimator_state.harvested
+
+    whole = harvested(2**24)
+    assert whole > 0 and harvested(1) == whole  # one query per block
+
+
 def _random_episode(way: int, shot: int, query: int, dim: int, seed: int) -> Episode:
     g = torch.Generator().manual_seed(seed)
     return Episode(torch.randn(way * shot, dim, generator=g, dtype=torch.float64),

@@ -405,7 +405,10 @@ class OVE(GPMethod):
 
         blocks = list(zip(diff_mean.split(block, dim=-2), diff_var.split(block, dim=-2),
                           strict=True))
-        grad = torch.is_grad_enabled() and (diff_mean.requires_grad or diff_var.requires_grad)
+        # not for an estimator with state (the harvesting meta-cv): redoing a block in the
+        # backward pass would harvest its integrals and step the meta-CV a second time
+        grad = (torch.is_grad_enabled() and (diff_mean.requires_grad or diff_var.requires_grad)
+                and getattr(estimator, "state", None) is None)
         expected = torch.cat([checkpoint(expect, m, v, use_reentrant=False)
                               if grad and len(blocks) > 1 else expect(m, v) for m, v in blocks],
                              dim=-2)
