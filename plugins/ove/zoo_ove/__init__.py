@@ -447,11 +447,19 @@ class OVE(GPMethod):
             scores = self.pair_scores(mean, var[..., a] + var[..., b])
             return torch.softmax(scores, -1).mean(0), trace
         prior = self.pair_gram(mats.Kss, pairs, functionals=Q * C)
-        probs = []
-        for lam in w.split(self.chains_at_once(prior, len(pairs.point), Q, C)):
+
+        def block_probs(lam: Tensor) -> Tensor:
             post = self.posterior(prior, lam, torch.full_like(lam, 0.5), episode)
-            scores = self.class_log_scores(post, pairs, mats.Ksq, mats.kqq)
-            probs.append(torch.softmax(scores, -1))
+            return torch.softmax(self.class_log_scores(post, pairs, mats.Ksq, mats.kqq), -1)
+
+        blocks = w.split(self.chains_at_once(prior, len(pairs.point), Q, C))
+        # where a gradient flows (loss = pl) each block of chains is checkpointed: redone in the
+        # backward pass instead of keeping every block's whitened cross-covariances (the memory
+        # of one block in training too); not for an estimator with state (see pair_scores)
+        redo = (torch.is_grad_enabled() and len(blocks) > 1
+                and self.estimator_state is None)
+        probs = [checkpoint(block_probs, lam, use_reentrant=False) if redo else block_probs(lam)
+                 for lam in blocks]
         return torch.cat(probs).mean(0), trace
 
     def integrates_in_training(self) -> bool:
