@@ -185,10 +185,8 @@ def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str,
             ax.set(xlabel=x_key, title=title, xscale="log" if log_x else "linear",
                    yscale="log" if log_y else "linear")
             if log_x:  # the budgets themselves, not a log axis's crowded minor labels
-                from matplotlib.ticker import NullFormatter
-
                 ax.set_xticks(budgets, [f"{b:g}" for b in budgets])
-                ax.xaxis.set_minor_formatter(NullFormatter())
+                ax.xaxis.set_minor_formatter("")
         legend_outside(fig, axes[0][0])
         where = test if train == test else f"{train}->{test}"
         fig.suptitle(f"{kind}: {where}")

@@ -394,24 +394,15 @@ class OVE(GPMethod):
         diff_var = diff_var.clamp_min(0)
         estimator = self.estimator(nodes=self.hparams["quadrature"])
         # the [R, q, pairs, nodes] evaluations in blocks of queries (368 M at 50-way 15 queries
-        # per class with 20 chains: GB at once); elementwise, so blocks change no number. Where
-        # a gradient flows each block is checkpointed (redone in the backward pass instead of
-        # keeping every block's evaluations): the memory of one block in training too
+        # per class with 20 chains: GB at once); elementwise, so blocks change no number
         block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :].numel()
                                                * self.hparams["quadrature"]))
 
         def expect(m: Tensor, v: Tensor) -> Tensor:
             return estimator.expect(_logsigmoid_of_scalar, m[..., None], v[..., None]).value
 
-        blocks = list(zip(diff_mean.split(block, dim=-2), diff_var.split(block, dim=-2),
-                          strict=True))
-        # not for an estimator with state (the harvesting meta-cv): redoing a block in the
-        # backward pass would harvest its integrals and step the meta-CV a second time
-        grad = (torch.is_grad_enabled() and (diff_mean.requires_grad or diff_var.requires_grad)
-                and getattr(estimator, "state", None) is None)
-        expected = torch.cat([checkpoint(expect, m, v, use_reentrant=False)
-                              if grad and len(blocks) > 1 else expect(m, v) for m, v in blocks],
-                             dim=-2)
+        expected = torch.cat(self.in_blocks(expect, list(zip(
+            diff_mean.split(block, dim=-2), diff_var.split(block, dim=-2), strict=True))), dim=-2)
         return (mean.new_zeros(mean.shape).index_add(-1, a, expected)
                 .index_add(-1, b, expected - diff_mean))
 
@@ -452,15 +443,19 @@ class OVE(GPMethod):
             post = self.posterior(prior, lam, torch.full_like(lam, 0.5), episode)
             return torch.softmax(self.class_log_scores(post, pairs, mats.Ksq, mats.kqq), -1)
 
-        blocks = w.split(self.chains_at_once(prior, len(pairs.point), Q, C))
-        # where a gradient flows (loss = pl) each block of chains is checkpointed: redone in the
-        # backward pass instead of keeping every block's whitened cross-covariances (the memory
-        # of one block in training too); not for an estimator with state (see pair_scores)
-        redo = (torch.is_grad_enabled() and len(blocks) > 1
-                and self.estimator_state is None)
-        probs = [checkpoint(block_probs, lam, use_reentrant=False) if redo else block_probs(lam)
-                 for lam in blocks]
-        return torch.cat(probs).mean(0), trace
+        blocks = [(lam,) for lam in w.split(self.chains_at_once(prior, len(pairs.point), Q, C))]
+        return torch.cat(self.in_blocks(block_probs, blocks)).mean(0), trace
+
+    def in_blocks(self, fn, blocks: list[tuple[Tensor, ...]]) -> list[Tensor]:
+        """``fn`` on each block's arguments. Where a gradient flows (``loss = pl``) and there is
+        more than one block, each is checkpointed: redone in the backward pass instead of keeping
+        every block's temporaries (the chains' whitened cross-covariances, the quadrature's
+        evaluations), so training keeps the memory of one block. Not for an estimator with state
+        (the harvesting ``meta-cv``): a redone block would harvest its integrals and step the
+        meta-CV a second time."""
+        redo = torch.is_grad_enabled() and len(blocks) > 1 and self.estimator_state is None
+        return [checkpoint(fn, *args, use_reentrant=False) if redo else fn(*args)
+                for args in blocks]
 
     def integrates_in_training(self) -> bool:
         return self.hparams["loss"] == "pl"
