@@ -75,9 +75,35 @@ def test_temperature_fit_sharpens_a_nearly_uniform_but_accurate_predictive():
 
 
 def test_episode_record():
-    r = metrics.episode_record(torch.tensor([[0.9, 0.1], [0.3, 0.7]]), torch.tensor([0, 0]))
+    (r,) = metrics.episode_records(torch.tensor([[[0.9, 0.1], [0.3, 0.7]]]), torch.tensor([[0, 0]]))
     assert r["accuracy"] == 0.5 and r["correct"] == [1, 0]
     assert r["confidence"] == pytest.approx([0.9, 0.7])
+    assert r["nll"] == pytest.approx(-(math.log(0.9) + math.log(0.3)) / 2)
+    assert r["brier"] == pytest.approx(((0.01 + 0.01) + (0.49 + 0.49)) / 2)
+    assert r["confidence_calibrated"] == pytest.approx([0.9, 0.7])  # T = 1 changes nothing
+
+
+def test_episode_records_of_a_batch_equal_each_episode_by_the_formulas():
+    """Batched over episodes, every number equals the definitions written out per episode
+    (float64, 1e-12), the calibrated confidence included (max_c p_c^(1/T) / sum_c p_c^(1/T))."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(7, 6, 4, generator=g, dtype=torch.float64) * 2, -1)
+    y = torch.randint(0, 4, (7, 6), generator=g)
+    t = 0.37
+    records = metrics.episode_records(probs.float(), y, t)  # float32 in, as methods return
+    assert len(records) == 7
+    for p, labels, r in zip(probs.float().double(), y, records, strict=True):
+        p_y = p[torch.arange(6), labels]
+        assert r["accuracy"] == pytest.approx(float((p.argmax(1) == labels).double().mean()),
+                                              abs=1e-12)
+        assert r["nll"] == pytest.approx(float(-p_y.log().mean()), rel=1e-12)
+        onehot = torch.nn.functional.one_hot(labels, 4).double()
+        assert r["brier"] == pytest.approx(float(((p - onehot) ** 2).sum(1).mean()), rel=1e-12)
+        assert r["confidence"] == pytest.approx(p.max(1).values.tolist(), rel=1e-12)
+        sharpened = p ** (1 / t)
+        calibrated = (sharpened.max(1).values / sharpened.sum(1)).tolist()
+        assert r["confidence_calibrated"] == pytest.approx(calibrated, rel=1e-10)
+        assert r["correct"] == (p.argmax(1) == labels).int().tolist()
 
 
 def test_seed_mean_ci_is_student_t_over_seeds():

@@ -57,3 +57,27 @@ def test_skipped_steps_are_counted_and_shown(sometimes, tmp_path):
 def test_max_skipped_fraction_is_a_fraction():
     with pytest.raises(SettingError, match=r"must be in \[0, 1\]"):
         tiny_suite(max_skipped_fraction=1.5)
+
+
+def test_finite_gradients_finds_any_nan_or_infinity_in_any_parameter():
+    """One reduction over every gradient: a NaN, +inf, -inf (alone or cancelling with +inf) in
+    any parameter is found; float32 values near the float32 limit are not an overflow; missing
+    gradients and mixed precisions are fine."""
+    from zoo.runner.train import finite_gradients
+
+    def params(*grads):
+        out = []
+        for g in grads:
+            p = torch.zeros_like(g) if g is not None else torch.zeros(2)
+            p.grad = g
+            out.append(p)
+        return out
+
+    big = torch.full((1000,), 3e38, dtype=torch.float32)  # sums to 3e41 in float64
+    assert finite_gradients(params(big, torch.ones(3, dtype=torch.float64), None))
+    assert finite_gradients(params(None)) and finite_gradients([])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        g = torch.ones(4, 3)
+        g[2, 1] = bad
+        assert not finite_gradients(params(torch.ones(5), g))
+    assert not finite_gradients(params(torch.tensor([float("inf"), -float("inf")])))

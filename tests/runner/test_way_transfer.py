@@ -53,3 +53,20 @@ def test_which_methods_score_any_way():
     dkt = reg.get("methods", "dkt")
     assert dkt.scores_any_way(dkt.all_defaults())
     assert not dkt.scores_any_way({**dkt.all_defaults(), "per_class_kernel": True})
+
+
+def test_a_training_way_the_validation_split_cannot_give_fails_before_training(tmp_path,
+                                                                                 monkeypatch):
+    """Validation episodes are drawn at the training way: a way above the validation split's
+    classes (40 > glyphs' 33 validation classes, < its 548 training classes) is an error before
+    the first training step, not after the first ``val_every`` episodes."""
+    import zoo.runner.train as train
+
+    steps = []
+    monkeypatch.setattr(train, "lr_factor", lambda *a: steps.append(1) or 1.0)
+    suite = tiny_suite(ways=[3], train_way=40, test_datasets=["glyphs"], train_episodes=50,
+                       val_every=25)
+    outcome = run_suite(suite, out=tmp_path, device="cpu", progress=False)
+    assert not outcome.finished and len(outcome.failed) == 1
+    assert "split 'val'" in outcome.failed[0].error and "way=40" in outcome.failed[0].error
+    assert steps == []

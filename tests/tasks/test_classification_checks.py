@@ -42,3 +42,44 @@ def test_float32_softmax_rounding_is_within_tolerance(episode):
     TASK.check(Prediction(torch.softmax(logits.float(), -1)), episode, "ok")
     with pytest.raises(PredictionError):
         TASK.check(Prediction(torch.full((6, 3), 1 / 3 + 1e-3)), episode, "off")
+
+
+@pytest.mark.parametrize("probs, problem", [
+    (torch.full((6, 3), 2 / 3), "sums to 1"),
+    (torch.full((6, 4), 0.25), r"shape \(6, 4\), expected"),
+    (torch.tensor([[1.5, -0.5, 0.0]] * 6), "negative"),
+    (torch.tensor([[float("nan"), 0.5, 0.5]] * 6), "non-finite"),
+])
+def test_checking_many_at_once_names_the_first_bad_episode(probs, problem):
+    """The batched check refuses what the one-by-one check refuses, naming the first bad episode
+    of the group (not the first of the group, not a later bad one)."""
+    episodes = [numbered(toy_episode(3, 1, query=2, seed=s), s) for s in range(4)]
+    good = [Prediction(torch.softmax(torch.randn(6, 3), -1)) for _ in episodes]
+    TASK.check_many(good, episodes, "ok")
+    bad = good[:1] + [Prediction(probs), Prediction(probs)] + good[3:]
+    with pytest.raises(PredictionError, match=problem) as info:
+        TASK.check_many(bad, episodes, "sloppy")
+    assert episodes[1].id in str(info.value) and episodes[2].id not in str(info.value)
+
+
+def numbered(episode, index: int):
+    episode.info["index"] = index  # its id, toy/test#index
+    return episode
+
+
+def test_scoring_many_at_once_equals_scoring_one_by_one():
+    """One batched call gives the records of the episodes scored one at a time (float64, to the
+    last bits of a reduction order), with their seeds and classes; episodes of other shapes in the
+    group are scored alone."""
+    episodes = [toy_episode(3, 1, query=2, seed=s) for s in range(5)] + [toy_episode(4, 1, query=1)]
+    g = torch.Generator().manual_seed(0)
+    predictions = [Prediction(torch.softmax(torch.randn(e.query_y.shape[0], e.way, generator=g), -1))
+                   for e in episodes]
+    many = TASK.score_many(predictions, episodes, temperature=0.5)
+    for prediction, episode, record in zip(predictions, episodes, many, strict=True):
+        alone = TASK.score_many([prediction], [episode], temperature=0.5)[0]
+        assert record.keys() == alone.keys()
+        assert record["seed"] == episode.info.get("seed") and record["classes"] == alone["classes"]
+        for key, value in alone.items():
+            if key not in ("seed", "classes"):
+                assert record[key] == pytest.approx(value, rel=1e-14, abs=1e-15), key

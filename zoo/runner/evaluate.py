@@ -3,17 +3,20 @@ validation episodes), resumably.
 
 The cell's task kind gives the test episodes (identical for every method with the same seed, so
 results can be compared pairwise), lets the method prepare them together (a batched inference;
-its time is shared out over the episodes), asks for each prediction, checks it and scores it.
-Every prediction is checked before it is scored: a malformed one stops the cell with an error
-naming the method and the episode. Records are written to ``episodes.jsonl`` atomically every few
-seconds; a resumed evaluation continues after the last recorded episode. The summary of the
-records is the task kind's (:meth:`zoo.tasks.Task.summarise`), the same one the report uses.
+its time is shared out over the episodes), asks for each prediction, and checks and scores the
+predictions in groups (``SCORE_BATCH``: one batched call where the kind allows, not ~15 tensor
+calls per episode). Every prediction is checked before it is scored: a malformed one stops the
+cell with an error naming the method and the episode, the episodes before it kept. Records are
+written to ``episodes.jsonl`` atomically every few seconds; a resumed evaluation continues after
+the last recorded episode. The summary of the records is the task kind's
+(:meth:`zoo.tasks.Task.summarise`), the same one the report uses.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zoo.runner.storage import read_jsonl, write_jsonl
-from zoo.tasks.base import Shape, Task
+from zoo.tasks.base import PredictionError, Shape, Task
 
 FLUSH_SECONDS = 5.0
+SCORE_BATCH = 32
+"""Test episodes checked and scored together (one batched call where the task kind allows; the
+episodes are held until then, so not many more)."""
 
 
 def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, shape: Shape,
@@ -46,34 +52,64 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
     method.eval()
     bar = tqdm(total=n, initial=len(records), desc=f"test {label}", leave=False,
                disable=not progress, unit="ep")
-    last_flush = start = time.perf_counter()
-    with torch.no_grad():
-        task.prepare(method, get, range(len(records), n))
-    prepared = (time.perf_counter() - start) / max(1, n - len(records))
-    for i in range(len(records), n):
-        episode = get(i)
-        start = time.perf_counter()
-        with torch.no_grad():
-            prediction = task.predict(method, episode)
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start + prepared
-        task.check(prediction, episode, method_name)
-        record = {"index": i} | task.score(prediction, episode, temperature)
-        record["seconds"] = seconds
-        inner = getattr(prediction, "extras", {}).get("inner_objective")
-        if inner is not None:
-            record["inner_objective"] = [float(v) for v in inner]
-        records.append(record)
-        lines.append(json.dumps(record) + "\n")
-        running += record[task.headline]
+    pending: list[tuple[int, Any, Any, float]] = []  # (index, episode, prediction, seconds)
+
+    def keep(items: Sequence[tuple[int, Any, Any, float]]) -> None:
+        nonlocal running
+        indices, episodes, predictions, seconds = zip(*items, strict=True)
+        scored = task.score_many(predictions, episodes, temperature)
+        for i, episode_seconds, prediction, score in zip(indices, seconds, predictions, scored,
+                                                         strict=True):
+            record = {"index": i} | score
+            record["seconds"] = episode_seconds
+            inner = getattr(prediction, "extras", {}).get("inner_objective")
+            if inner is not None:
+                record["inner_objective"] = [float(v) for v in inner]
+            records.append(record)
+            lines.append(json.dumps(record) + "\n")
+            running += record[task.headline]
+
+    def settle() -> None:
+        """Check the pending predictions (at once) and keep their records."""
+        items = pending[:]
+        pending.clear()
+        if not items:
+            return
+        try:
+            task.check_many([it[2] for it in items], [it[1] for it in items], method_name)
+        except PredictionError:
+            for item in items:  # the episodes before the bad one are kept, then it raises again
+                task.check(item[2], item[1], method_name)
+                keep([item])
+            raise
+        keep(items)
         if progress:
-            bar.update(1)
             bar.set_postfix({task.headline: f"{running / len(records):.3f}"})
-        if records_path is not None and time.perf_counter() - last_flush > FLUSH_SECONDS:
+
+    last_flush = start = time.perf_counter()
+    try:
+        with torch.no_grad():
+            task.prepare(method, get, range(len(records), n))
+        prepared = (time.perf_counter() - start) / max(1, n - len(records))
+        for i in range(len(records), n):
+            episode = get(i)
+            start = time.perf_counter()
+            with torch.no_grad():
+                prediction = task.predict(method, episode)
+            if cuda:
+                torch.cuda.synchronize()
+            pending.append((i, episode, prediction, time.perf_counter() - start + prepared))
+            bar.update(1)
+            due = time.perf_counter() - last_flush > FLUSH_SECONDS
+            if len(pending) == SCORE_BATCH or due:
+                settle()
+            if due:
+                if records_path is not None:
+                    write_jsonl(records_path, lines)
+                last_flush = time.perf_counter()
+        settle()
+    finally:  # what was scored is saved, also when a prediction is refused
+        bar.close()
+        if records_path is not None:
             write_jsonl(records_path, lines)
-            last_flush = time.perf_counter()
-    bar.close()
-    if records_path is not None:
-        write_jsonl(records_path, lines)
     return records

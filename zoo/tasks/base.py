@@ -193,6 +193,18 @@ class Task(ABC):
     def score(self, prediction: Any, episode: Any, temperature: float = 1.0) -> dict[str, Any]:
         """The per-episode record (JSON-serialisable)."""
 
+    def check_many(self, predictions: Sequence[Any], episodes: Sequence[Any], method: str) -> None:
+        """:meth:`check` of each, in order (a kind may test them at once, raising what
+        :meth:`check` raises for the first bad one)."""
+        for prediction, episode in zip(predictions, episodes, strict=True):
+            self.check(prediction, episode, method)
+
+    def score_many(self, predictions: Sequence[Any], episodes: Sequence[Any],
+                   temperature: float = 1.0) -> list[dict[str, Any]]:
+        """:meth:`score` of each checked prediction (a kind may score them in one batched call;
+        the runner scores a cell's test episodes in groups)."""
+        return [self.score(p, e, temperature) for p, e in zip(predictions, episodes, strict=True)]
+
     @abstractmethod
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Numbers over the records of a cell, or of several seeds pooled (the report)."""

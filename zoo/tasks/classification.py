@@ -26,7 +26,7 @@ from zoo.data.base import FewShotDataset
 from zoo.episode import Episode, EpisodeSampler
 from zoo.errors import EpisodeError
 from zoo.method import Method, Prediction, build_method
-from zoo.metrics import apply_temperature, ece_mce, episode_record, fit_temperature, mean_ci
+from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
 
 SUM_TOLERANCE = 1e-4
@@ -161,14 +161,34 @@ class Classification(Task):
         if error > SUM_TOLERANCE:
             fail(f"a row of probabilities sums to 1 {'+-'} {error:.3g} (tolerance {SUM_TOLERANCE})")
 
+    def check_many(self, predictions: Sequence[Any], episodes: Sequence[Episode],
+                   method: str) -> None:
+        """:meth:`check` of every prediction, its numbers tested at once when the episodes share
+        a shape; any failure is raised by :meth:`check` of the first bad episode."""
+        stacked = _stack(predictions, episodes)
+        if stacked is not None:
+            p = stacked[0].numpy()
+            if (np.isfinite(p).all() and (p >= 0).all()
+                    and (p.size == 0 or np.abs(p.sum(-1) - 1).max() <= SUM_TOLERANCE)):
+                return
+        for prediction, episode in zip(predictions, episodes, strict=True):
+            self.check(prediction, episode, method)
+
     def score(self, prediction: Prediction, episode: Episode, temperature: float = 1.0
               ) -> dict[str, Any]:
-        probs = prediction.probs
-        record = {"seed": episode.info.get("seed"), "classes": episode.info.get("classes")}
-        record |= episode_record(probs, episode.query_y)
-        calibrated = apply_temperature(probs.double(), temperature).max(1).values
-        record["confidence_calibrated"] = calibrated.cpu().tolist()
-        return record
+        return self.score_many([prediction], [episode], temperature)[0]
+
+    def score_many(self, predictions: Sequence[Prediction], episodes: Sequence[Episode],
+                   temperature: float = 1.0) -> list[dict[str, Any]]:
+        """Records of checked predictions: the seed and classes of the episode, then
+        :func:`zoo.metrics.episode_records` (one batched call when the episodes share a shape)."""
+        stacked = _stack(predictions, episodes)
+        if stacked is None:
+            return [r for p, e in zip(predictions, episodes, strict=True)
+                    for r in self.score_many([p], [e], temperature)]
+        records = episode_records(*stacked, temperature)
+        return [{"seed": e.info.get("seed"), "classes": e.info.get("classes")} | r
+                for e, r in zip(episodes, records, strict=True)]
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Accuracy with its 95% CI over episodes; ECE/MCE/NLL/Brier over all queries (fractions)."""
@@ -230,3 +250,19 @@ class Classification(Task):
 def train_way(shape: Shape) -> int:
     """The way a cell's model is built and trained for: ``train_way`` if set, else the test way."""
     return int(shape.get("train_way", shape["way"]))
+
+
+def _stack(predictions: Sequence[Any], episodes: Sequence[Episode]
+           ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The probabilities ``[E, Q, way]`` (float64, on the CPU) and labels ``[E, Q]`` of
+    predictions of the right type and shape for episodes that share ``Q`` and ``way``; ``None``
+    otherwise (each is then taken alone)."""
+    if not episodes or not all(isinstance(p, Prediction) for p in predictions):
+        return None
+    shape = (episodes[0].query_y.shape[0], episodes[0].way)
+    if any(tuple(p.probs.shape) != shape for p in predictions) or \
+            any((e.query_y.shape[0], e.way) != shape for e in episodes):
+        return None
+    probs = torch.stack([p.probs.detach() for p in predictions]).double().cpu()
+    return probs, torch.stack([e.query_y for e in episodes]).cpu()
+
