@@ -88,26 +88,25 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
 
     last_flush = start = time.perf_counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad():  # a method that adapts at test time enables gradients itself
             task.prepare(method, get, range(len(records), n))
-        prepared = (time.perf_counter() - start) / max(1, n - len(records))
-        for i in range(len(records), n):
-            episode = get(i)
-            start = time.perf_counter()
-            with torch.no_grad():
+            prepared = (time.perf_counter() - start) / max(1, n - len(records))
+            for i in range(len(records), n):
+                episode = get(i)
+                start = time.perf_counter()
                 prediction = task.predict(method, episode)
-            if cuda:
-                torch.cuda.synchronize()
-            pending.append((i, episode, prediction, time.perf_counter() - start + prepared))
-            bar.update(1)
-            due = time.perf_counter() - last_flush > FLUSH_SECONDS
-            if len(pending) == SCORE_BATCH or due:
-                settle()
-            if due:
-                if records_path is not None:
-                    write_jsonl(records_path, lines)
-                last_flush = time.perf_counter()
-        settle()
+                if cuda:
+                    torch.cuda.synchronize()
+                pending.append((i, episode, prediction, time.perf_counter() - start + prepared))
+                bar.update(1)
+                due = time.perf_counter() - last_flush > FLUSH_SECONDS
+                if len(pending) == SCORE_BATCH or due:
+                    settle()
+                if due:
+                    if records_path is not None:
+                        write_jsonl(records_path, lines)
+                    last_flush = time.perf_counter()
+            settle()
     finally:  # what was scored is saved, also when a prediction is refused
         bar.close()
         if records_path is not None:
