@@ -32,8 +32,9 @@ from zoo.errors import ZooError
 from zoo.runner.bench import run_suite
 from zoo.runner.executors import (
     check_feasible,
+    cluster_slots,
     connect,
-    run_unit_on_node,
+    run_units_on_node,
     threads_per_unit,
     unit_resources,
 )
@@ -47,7 +48,7 @@ SETS = ["ways=[3]", "shots=[1, 2]", "seeds=[0]", "query=3", "train_query=2",
         "train_episodes=60", "val_episodes=2", "val_every=30", "test_episodes=4",
         "checkpoint_every=5"]
 WORKERS = 2
-TASK_TITLE = b"ray::run_unit_on_node"  # a Ray worker's process title while it runs a unit
+TASK_TITLE = b"ray::run_units_on_node"  # a Ray worker's process title while it runs units
 
 
 @dataclass
@@ -211,7 +212,7 @@ def test_suite_survives_a_lost_node_and_matches_a_local_run(loopback_cluster, tm
 
 def test_a_node_that_cannot_see_the_results_folder_says_so(tmp_path):
     with pytest.raises(ZooError, match="not visible from Ray node .* file system every node"):
-        run_unit_on_node(tmp_path / "elsewhere" / ".zoo-shared-x", [], tmp_path)
+        run_units_on_node(tmp_path / "elsewhere" / ".zoo-shared-x", [], tmp_path)
 
 
 def test_a_unit_asks_for_one_gpu_on_cuda_and_its_threads_as_cpus():
@@ -250,3 +251,11 @@ def test_a_driver_without_a_gpu_may_send_cuda_cells_to_a_cluster(monkeypatch):
     assert resolve_device("cuda", remote=True) == "cuda"  # the cluster's GPUs are checked instead
     with pytest.raises(ZooError, match="no CUDA device is available here"):
         resolve_device("cuda")
+
+
+def test_the_cluster_runs_as_many_units_at_once_as_its_nodes_hold():
+    cpu = unit_resources("cpu", 2)
+    assert cluster_slots(cpu, [{"CPU": 8}, {"CPU": 3, "GPU": 1}]) == 4 + 1
+    gpu = unit_resources("cuda", 4)
+    assert cluster_slots(gpu, [{"CPU": 16, "GPU": 2}, {"CPU": 8, "GPU": 4}, {"CPU": 64}]) == 2 + 2
+    assert cluster_slots(cpu, []) == 1  # every node lost: its units wait for one

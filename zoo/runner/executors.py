@@ -4,13 +4,16 @@ Both give identical results for the same suite: a unit seeds everything from its
 with the same number of intra-op threads either way (``threads_per_unit``). With Ray the results
 folder must be on a file system that every node sees (cells write their own folders; only the
 driver writes ``results.jsonl``): the driver leaves a marker file there and every task checks that
-it sees it before it starts. A task whose node dies is retried on another (``RAY_RETRIES``): a unit
-resumes from its cell folders, so a retried unit gives the same result as an uninterrupted one.
+it sees it before it starts. A task whose node dies is retried on another (``RAY_RETRIES``): its
+units resume from their folders (finished ones are skipped), so a retried unit gives the same
+result as an uninterrupted one.
 
-The local executor hands out groups of consecutive units that take about ``GROUP_SECONDS`` each
+Both executors hand out groups of consecutive units that take about ``GROUP_SECONDS`` each
 (:class:`Pace`, from the units' measured times): one flush to the disk per group
 (:func:`zoo.runner.cell.run_units`) instead of one per unit, which cost more than a unit of
-milliseconds. A group of long units is one unit, as before.
+milliseconds, and with Ray one task per group instead of one per unit. A group of long units is
+one unit. The local executor keeps one group per worker process running; the Ray executor one
+per unit the live nodes can hold at once (:func:`cluster_slots`, recounted as nodes come and go).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 from zoo.errors import ZooError
-from zoo.runner.cell import DatasetCache, Outcome, run_unit, run_units
+from zoo.runner.cell import DatasetCache, Outcome, run_units
 from zoo.runner.cells import Cell
 
 log = logging.getLogger(__name__)
@@ -48,15 +52,16 @@ def shared_folder_marker(root: Path) -> Path:
     return marker
 
 
-def run_unit_on_node(marker: Path, cells: Sequence[Cell], root: Path, *args) -> list[Outcome]:
-    """:func:`run_unit` on a cluster node, after checking that this node sees the results folder
-    the driver wrote ``marker`` into (cells write their own folders there)."""
+def run_units_on_node(marker: Path, units: Sequence[Sequence[Cell]], root: Path, *args
+                      ) -> list[Outcome]:
+    """:func:`run_units` (a group of units) on a cluster node, after checking that this node sees
+    the results folder the driver wrote ``marker`` into (cells write their own folders there)."""
     if not marker.exists():
         raise ZooError(f"the results folder {root} is not visible from Ray node {socket.gethostname()} "
                        f"(the driver on {marker.read_text() if marker.exists() else 'another host'} "
                        "wrote it): put --out on a file system every node mounts at the same path "
                        "(NFS, a shared volume), or run with --executor local")
-    return run_unit(cells, root, *args)
+    return run_units(units, root, *args)
 
 
 def threads_per_unit(workers: int) -> int:
@@ -77,6 +82,18 @@ def unit_resources(device: str, threads: int) -> dict[str, int]:
     """What a unit asks a Ray cluster for: its intra-op threads as CPUs and, when cells run on
     CUDA, one GPU (so a node runs as many units at once as it has GPUs)."""
     return {"num_cpus": threads, "num_gpus": 1 if device.startswith("cuda") else 0}
+
+
+def cluster_slots(request: dict[str, int], nodes: Sequence[dict[str, float]]) -> int:
+    """How many units the nodes (their resources, ``ray.nodes()[i]["Resources"]``) can run at
+    once under ``request`` (at least 1: a lost node's units then wait for a slot)."""
+    def fits(node: dict[str, float]) -> int:
+        counts = [node.get("CPU", 0) // max(1, request["num_cpus"])]
+        if request["num_gpus"]:
+            counts.append(node.get("GPU", 0) // request["num_gpus"])
+        return int(min(counts))
+
+    return max(1, sum(fits(node) for node in nodes))
 
 
 def check_feasible(request: dict[str, int], nodes: Sequence[dict[str, float]]) -> None:
@@ -225,19 +242,39 @@ class RayExecutor:
             request = unit_resources(self.device, threads)
             check_feasible(request, [n["Resources"] for n in ray.nodes() if n["Alive"]])
             task = ray.remote(**request, max_retries=RAY_RETRIES,
-                              retry_exceptions=False)(run_unit_on_node)
+                              retry_exceptions=False)(run_units_on_node)
             log.info("Ray cluster: %s; each unit asks for %d CPU(s) and %d GPU(s)",
                      ray.cluster_resources(), request["num_cpus"], request["num_gpus"])
-            pending = [task.remote(marker, list(unit), self.root, self.data_dir, self.device,
-                                   threads, False) for unit in units]
-            while pending:  # results arrive from whichever node ran them
-                ready, pending = ray.wait(pending, num_returns=1)
+
+            def slots() -> int:  # nodes may join or leave while the suite runs
+                return cluster_slots(request, [n["Resources"] for n in ray.nodes() if n["Alive"]])
+
+            pace = Pace(units, slots())
+            running: dict[Any, tuple[int, float]] = {}  # a group's task: (units, start)
+
+            def submit() -> None:
+                group = pace.take()
+                if group:
+                    ref = task.remote(marker, [list(u) for u in group], self.root, self.data_dir,
+                                      self.device, threads, False)
+                    running[ref] = (len(group), time.perf_counter())
+
+            for _ in range(pace.workers):
+                submit()
+            while running:  # results arrive from whichever node ran them
+                (ready,), _ = ray.wait(list(running), num_returns=1)
+                size, start = running.pop(ready)
                 try:
-                    on_done(ray.get(ready[0]))
+                    outcomes = ray.get(ready)
                 except ray.exceptions.RayTaskError as exc:
                     if isinstance(exc.cause, ZooError):
                         raise exc.cause from None
                     raise
+                pace.record(size, time.perf_counter() - start)
+                pace.workers = slots()
+                while len(running) < pace.workers and pace.queue:
+                    submit()
+                on_done(outcomes)
         finally:
             marker.unlink(missing_ok=True)
             if started:
