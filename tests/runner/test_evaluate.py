@@ -51,7 +51,7 @@ def run(glyphs, method, path=None, count=10):
 @pytest.mark.parametrize("batch", [1, 4, 32])
 def test_records_do_not_depend_on_how_many_are_scored_together(glyphs, monkeypatch, batch):
     reference = run(glyphs, Nearest())
-    monkeypatch.setattr(evaluation, "SCORE_BATCH", batch)
+    monkeypatch.setattr(Classification, "score_batch", batch)
     records = run(glyphs, Nearest())
     assert [r["index"] for r in records] == list(range(10))
     for a, b in zip(reference, records, strict=True):
@@ -61,7 +61,7 @@ def test_records_do_not_depend_on_how_many_are_scored_together(glyphs, monkeypat
 
 
 def test_a_refused_prediction_keeps_the_episodes_before_it(glyphs, tmp_path, monkeypatch):
-    monkeypatch.setattr(evaluation, "SCORE_BATCH", 4)  # the bad one (index 6) in the second group
+    monkeypatch.setattr(Classification, "score_batch", 4)  # the bad one (index 6) in the second group
     path = tmp_path / "episodes.jsonl"
     with pytest.raises(PredictionError, match=r"'nearest' in episode .*#6.*sums to 1"):
         run(glyphs, Nearest(bad_from=6), path)

@@ -4,11 +4,11 @@ validation episodes), resumably.
 The cell's task kind gives the test episodes (identical for every method with the same seed, so
 results can be compared pairwise), lets the method prepare them together (a batched inference;
 its time is shared out over the episodes), asks for each prediction, and checks and scores the
-predictions in groups (``SCORE_BATCH``: one batched call where the kind allows, not ~15 tensor
-calls per episode). Every prediction is checked before it is scored: a malformed one stops the
-cell with an error naming the method and the episode, the episodes before it kept. Records are
-written to ``episodes.jsonl`` atomically every few seconds; a resumed evaluation continues after
-the last recorded episode. The summary of the records is the task kind's
+predictions in groups (the kind's ``score_batch``: one batched call where the kind allows, not
+~15 tensor calls per episode). Every prediction is checked before it is scored: a malformed one
+stops the cell with an error naming the method and the episode, the episodes before it kept.
+Records are written to ``episodes.jsonl`` atomically every few seconds; a resumed evaluation
+continues after the last recorded episode. The summary of the records is the task kind's
 (:meth:`zoo.tasks.Task.summarise`), the same one the report uses.
 """
 
@@ -28,9 +28,6 @@ from zoo.runner.storage import read_jsonl, write_jsonl
 from zoo.tasks.base import PredictionError, Shape, Task
 
 FLUSH_SECONDS = 5.0
-SCORE_BATCH = 32
-"""Test episodes checked and scored together (one batched call where the task kind allows; the
-episodes are held until then, so not many more)."""
 
 
 def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, shape: Shape,
@@ -100,7 +97,7 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
                 pending.append((i, episode, prediction, time.perf_counter() - start + prepared))
                 bar.update(1)
                 due = time.perf_counter() - last_flush > FLUSH_SECONDS
-                if len(pending) == SCORE_BATCH or due:
+                if len(pending) >= task.score_batch or due:
                     settle()
                 if due:
                     if records_path is not None:

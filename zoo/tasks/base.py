@@ -75,6 +75,9 @@ class Task(ABC):
         selection_key: the validation number that selects the checkpoint, higher is better; also
             its name in ``training.json`` and in the results line.
         headline: the record key shown while scoring.
+        score_batch: test episodes the runner checks and scores together
+            (:meth:`check_many`, :meth:`score_many`; it holds them until then): more than 1 for a
+            kind that scores a group in one batched call.
         paired_key: the per-episode record key the report compares methods on, pairwise (shown
             in percent with ``paired_percent``, with ``digits`` decimals).
         table_note: the line under the kind's report table saying what its cells hold.
@@ -90,6 +93,7 @@ class Task(ABC):
     column_keys: ClassVar[tuple[str, ...]] = ()
     selection_key: ClassVar[str] = "val_score"
     headline: ClassVar[str] = ""
+    score_batch: ClassVar[int] = 1
     paired_key: ClassVar[str] = ""
     paired_percent: ClassVar[bool] = False
     digits: ClassVar[int] = 3
