@@ -213,14 +213,14 @@ class Classification(Task):
                  method_name: str) -> tuple[float, dict[str, Any]]:
         """Mean accuracy over the validation queries, and their log-probabilities and labels
         (what the temperature is fitted on)."""
-        logps, labels = [], []
-        for i in range(count):
-            episode = get(i)
-            prediction = method.predict(episode)
-            self.check(prediction, episode, method_name)
-            logps.append(prediction.probs.double().clamp_min(1e-12).log())
-            labels.append(episode.query_y)
-        logp, y = torch.cat(logps), torch.cat(labels)
+        probs, labels = [], []
+        for start in range(0, count, self.score_batch):  # a group's episodes held at a time
+            episodes = [get(i) for i in range(start, min(count, start + self.score_batch))]
+            predictions = [method.predict(episode) for episode in episodes]
+            self.check_many(predictions, episodes, method_name)
+            probs += [p.probs for p in predictions]
+            labels += [e.query_y for e in episodes]
+        logp, y = torch.cat(probs).double().clamp_min(1e-12).log(), torch.cat(labels)
         accuracy = float((logp.argmax(1) == y).double().mean())
         return accuracy, {"val_logp": logp.cpu(), "val_y": y.cpu()}
 
