@@ -399,8 +399,7 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
     Where there is no ``fork``, other threads run, the folder is small, or the child fails, the
     child's share is checked here."""
     others = {kind: ALL_FILES[kind] - KEPT.get(kind, frozenset()) for kind in ALL_FILES}
-    if (not hasattr(os, "fork") or threading.active_count() > 1
-            or sum(len(files) for _, _, files in work) < PARALLEL_RUNS):
+    if not _can_fork() or sum(len(files) for _, _, files in work) < PARALLEL_RUNS:
         return _check_files(work, ALL_FILES, True)
 
     def child() -> Problem | None:
@@ -421,6 +420,13 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
     else:
         other = None if reply[0] is None else ((*reply[0][0],), *reply[0][1:])
     return kept, min((p for p in (found, other) if p is not None), default=None)
+
+
+def _can_fork() -> bool:
+    """Whether this process may fork a child that runs Python: where there is ``fork`` and no
+    other thread (one could hold a lock the child then waits for forever; ``zoo report`` has none,
+    ``zoo bench`` keeps tqdm's monitor thread and checks in one process)."""
+    return hasattr(os, "fork") and threading.active_count() == 1
 
 
 READ_AHEAD_THREADS = 8
