@@ -185,3 +185,15 @@ def test_files_are_read_as_utf8_text(tmp_path):
     path.write_bytes(b'{"a": "\xff"}')
     with pytest.raises(ResultsFolderError, match="a.json: is not readable JSON .*utf-8"):
         storage._read_json(path)
+
+
+def test_without_a_fork_everything_is_checked_here(folder, tmp_path, split, monkeypatch):
+    def no_fork():
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(storage.os, "fork", no_fork)
+    copy, cells = _copy(folder, tmp_path)
+    (cells[2] / "env.json").write_text("{not json")
+    with pytest.raises(ResultsFolderError, match=f"{cells[2].name}/env.json"):
+        Results.open(copy, create=False, keep_records=True)
+    assert split == [1]

@@ -396,8 +396,8 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
     Sending records back would cost about what parsing them does (session 5), so none are sent.
     The child also has every file read ahead into the page cache (:func:`_read_ahead`): a folder
     read for the first time costs a disk read per file, ~7 s at 10,000 cells one after another.
-    Where there is no ``fork``, other threads run, the folder is small, or the child fails, the
-    child's share is checked here."""
+    Where there is no ``fork``, other threads run, the folder is small, or the fork or the child
+    fails, the child's share is checked here."""
     others = {kind: ALL_FILES[kind] - KEPT.get(kind, frozenset()) for kind in ALL_FILES}
     if not _can_fork() or sum(len(files) for _, _, files in work) < PARALLEL_RUNS:
         return _check_files(work, ALL_FILES, True)
@@ -408,7 +408,10 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
                           for file in listed if file in STEPS]):
             return _check_files(work, others, False)[1]
 
-    wait = _forked(child)
+    try:
+        wait = _forked(child)
+    except OSError:  # no process or pipe to be had: all of it here
+        return _check_files(work, ALL_FILES, True)
     try:
         kept, found = _check_files(work, KEPT, True)
     except BaseException:
@@ -466,7 +469,12 @@ def _forked(fn: Callable[[], Any]) -> Callable[..., list[Any] | None]:
     through JSON, or None if the child failed; ``wait(kill=True)`` ends the child. The child
     leaves through ``os._exit``, so nothing of this process (buffers, exit handlers) runs twice."""
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        raise
     if pid == 0:  # the child
         status = 1
         try:
