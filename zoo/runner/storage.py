@@ -394,7 +394,7 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
     trainings: about half the work) and sends back only its first problem, while this process
     parses the records it keeps; the first problem of the two, by position, is the folder's.
     Sending records back would cost about what parsing them does (session 5), so none are sent.
-    The child also has every file read ahead into the page cache (:func:`_read_ahead`): a folder
+    The child first has every file read ahead into the page cache (:func:`_read_ahead`): a folder
     read for the first time costs a disk read per file, ~7 s at 10,000 cells one after another.
     Where there is no ``fork``, other threads run, the folder is small, or the fork or the child
     fails, the child's share is checked here."""
@@ -403,10 +403,10 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
         return _check_files(work, ALL_FILES, True)
 
     def child() -> Problem | None:
-        with _read_ahead([os.path.join(folder, name, file) for _, folder, files in work
-                          for name, listed in files.items() if "config.json" in listed
-                          for file in listed if file in STEPS]):
-            return _check_files(work, others, False)[1]
+        _read_ahead([os.path.join(folder, name, file) for _, folder, files in work
+                     for name, listed in files.items() if "config.json" in listed
+                     for file in listed if file in STEPS])
+        return _check_files(work, others, False)[1]
 
     try:
         wait = _forked(child)
@@ -435,11 +435,12 @@ def _can_fork() -> bool:
 READ_AHEAD_THREADS = 8
 
 
-@contextmanager
-def _read_ahead(paths: list[str]) -> Iterator[None]:
-    """Have ``paths`` read into the page cache, in order, by :data:`READ_AHEAD_THREADS` threads
-    (a disk serves several reads at once), while the block runs; wait for them when it ends. A
-    hint only (``posix_fadvise``, else a read): an unreadable file is left to its reader."""
+def _read_ahead(paths: list[str]) -> None:
+    """Have ``paths`` read into the page cache by :data:`READ_AHEAD_THREADS` threads (a disk
+    serves several reads at once), in order; return when every read is asked for. A hint only
+    (``posix_fadvise``, else a read): an unreadable file is left to its reader. Nothing else runs
+    in this process meanwhile: a thread busy parsing would hold the interpreter lock for ~5 ms at
+    a time, and the readers, which need it for a few microseconds per file, would fall behind."""
     def warm(chunk: list[str]) -> None:
         for path in chunk:
             try:
@@ -461,7 +462,6 @@ def _read_ahead(paths: list[str]) -> Iterator[None]:
 
     with ThreadPoolExecutor(READ_AHEAD_THREADS) as pool:
         pool.map(warm, [paths[i:i + 64] for i in range(0, len(paths), 64)])
-        yield
 
 
 def _forked(fn: Callable[[], Any]) -> Callable[..., list[Any] | None]:
