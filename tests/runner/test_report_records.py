@@ -78,3 +78,122 @@ def test_json_values_parse_as_json_loads_parses_them(text):
             storage._loads(text)
     else:
         assert storage._loads(text) == expected
+
+
+# -- the validation split between this process and a forked child (large folders) --------------
+
+@pytest.fixture
+def split(monkeypatch) -> list[int]:
+    """Check any folder in two processes (as ``zoo report`` does from ``PARALLEL_RUNS`` run folders
+    on, in a process without other threads: here the runner's tqdm monitor sleeps beside); the
+    list records each fork."""
+    forks: list[int] = []
+    forked = storage._forked
+
+    def counting(fn):
+        forks.append(1)
+        return forked(fn)
+
+    monkeypatch.setattr(storage, "PARALLEL_RUNS", 0)
+    monkeypatch.setattr(storage, "_can_fork", lambda: True)
+    monkeypatch.setattr(storage, "_forked", counting)
+    return forks
+
+
+def test_the_split_check_keeps_the_same_records_once(folder, split, monkeypatch):
+    serial = Results.open(folder, create=False, keep_records=False)
+    parsed: list[str] = []
+    read = storage.read_jsonl
+    monkeypatch.setattr(storage, "read_jsonl", lambda path: parsed.append(str(path)) or read(path))
+    results = Results.open(folder, create=False, keep_records=True)
+    assert split == [1]
+    cells = sorted(results.run_files("cells"))
+    assert cells == sorted(serial.run_files("cells")) and len(cells) == 4
+    assert results.run_files("train") == serial.run_files("train")
+    # the records are kept by this process (each episodes file parsed once, here) and equal to
+    # those read afresh
+    assert sorted(p for p in parsed if p.endswith("episodes.jsonl")) == sorted(
+        str(folder / "cells" / c / "episodes.jsonl") for c in cells)
+    for c in cells:
+        assert results.episodes(c) == serial.episodes(c) and results.episodes(c)
+        assert results.training(c) == serial.training(c) is not None
+
+
+def _copy(folder: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    return copy, sorted((copy / "cells").iterdir())
+
+
+@pytest.mark.parametrize("file", ["result.json", "env.json", "config.json",  # the child's
+                                  "training.json", "episodes.jsonl"])  # this process's
+def test_a_corrupt_file_is_named_by_either_process(folder, tmp_path, split, file):
+    copy, cells = _copy(folder, tmp_path)
+    (cells[1] / file).write_text("{not json\n")
+    with pytest.raises(ResultsFolderError, match=f"{cells[1].name}/{file}: .*not (readable )?JSON"):
+        write_report(copy, plots=False)
+    assert split == [1]
+
+
+def test_the_first_problem_in_folder_order_is_named(folder, tmp_path, split):
+    copy, cells = _copy(folder, tmp_path)
+    (cells[1] / "result.json").write_text("{not json")  # the child finds this one
+    (cells[2] / "episodes.jsonl").write_text("{not json\n")  # this process this one
+    with pytest.raises(ResultsFolderError, match=f"{cells[1].name}/result.json"):
+        Results.open(copy, create=False, keep_records=True)
+    (cells[0] / "episodes.jsonl").write_text("{not json\n")
+    with pytest.raises(ResultsFolderError, match=f"{cells[0].name}/episodes.jsonl"):
+        Results.open(copy, create=False, keep_records=True)
+    config = json.loads((cells[0] / "config.json").read_text())  # before its folder's records
+    (cells[0] / "config.json").write_text(json.dumps({**config, "seed": 42}))
+    with pytest.raises(ResultsFolderError, match=f"{cells[0].name}/config.json: does not match"):
+        Results.open(copy, create=False, keep_records=True)
+    (cells[3] / "mine.bin").write_text("")  # a foreign file after them: still theirs first
+    with pytest.raises(ResultsFolderError, match=f"{cells[0].name}/config.json"):
+        Results.open(copy, create=False, keep_records=True)
+    (cells[0] / "mine.bin").write_text("")  # before its folder's files: the foreign file
+    with pytest.raises(ResultsFolderError, match=f"{cells[0].name}/mine.bin: is not a file"):
+        Results.open(copy, create=False, keep_records=True)
+    train = sorted((copy / "train").iterdir())[-1]  # trainings come before cells
+    (train / "training.json").write_text("{not json")
+    with pytest.raises(ResultsFolderError, match=f"{train.name}/training.json"):
+        Results.open(copy, create=False, keep_records=True)
+    assert len(split) == 6  # each check was split
+
+
+def test_a_failed_child_leaves_its_share_to_this_process(folder, tmp_path, split, monkeypatch):
+    def fail(paths):
+        raise RuntimeError("the child fails")
+
+    monkeypatch.setattr(storage, "_read_ahead", fail)  # in the child, before it checks anything
+    copy, cells = _copy(folder, tmp_path)
+    report, fresh = write_report(copy, plots=False), write_report(folder, plots=False)
+    assert {fmt: render(report, fmt) for fmt in FORMATS} == {fmt: render(fresh, fmt)
+                                                             for fmt in FORMATS}
+    (cells[2] / "result.json").write_text("{not json")
+    with pytest.raises(ResultsFolderError, match=f"{cells[2].name}/result.json"):
+        write_report(copy, plots=False)
+    assert len(split) == 3
+
+
+def test_files_are_read_as_utf8_text(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_bytes('{"a": "\u00e9"}\r\n'.encode())
+    assert storage._read_json(path) == {"a": "\u00e9"}
+    path.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(ResultsFolderError, match="a.json: is not readable JSON .*utf-8"):
+        storage._read_json(path)
+
+
+def test_without_a_fork_everything_is_checked_here(folder, tmp_path, split, monkeypatch):
+    def no_fork():
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(storage.os, "fork", no_fork)
+    copy, cells = _copy(folder, tmp_path)
+    (cells[2] / "env.json").write_text("{not json")
+    with pytest.raises(ResultsFolderError, match=f"{cells[2].name}/env.json"):
+        Results.open(copy, create=False, keep_records=True)
+    assert split == [1]
