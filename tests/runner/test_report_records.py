@@ -197,3 +197,26 @@ def test_without_a_fork_everything_is_checked_here(folder, tmp_path, split, monk
     with pytest.raises(ResultsFolderError, match=f"{cells[2].name}/env.json"):
         Results.open(copy, create=False, keep_records=True)
     assert split == [1]
+
+
+def test_zoo_bench_reports_without_the_progress_bars_thread(tmp_path, monkeypatch):
+    """`zoo bench` ends tqdm's monitor thread before its report, so a report of many cells may
+    split its checks into a forked child (which it does only without other threads)."""
+    import threading
+
+    import zoo.runner.report as report
+    from zoo.cli import main
+
+    threads = []
+    write = report.write_report
+
+    def spy(*args, **kwargs):
+        threads.append(threading.active_count())
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(report, "write_report", spy)
+    sets = ["ways=[3]", "shots=[1]", "query=2", "train_query=2", "train_episodes=4",
+            "val_episodes=2", "val_every=2", "test_episodes=2", "test_datasets=[\"glyphs\"]"]
+    assert main(["bench", "quick", "--methods", "protonet", "--out", str(tmp_path), "--device",
+                 "cpu", *(a for s in sets for a in ("--set", s))]) == 0
+    assert threads == [1]
