@@ -83,3 +83,8 @@ def test_scoring_many_at_once_equals_scoring_one_by_one():
         for key, value in alone.items():
             if key not in ("seed", "classes"):
                 assert record[key] == pytest.approx(value, rel=1e-14, abs=1e-15), key
+
+
+def test_scoring_an_unchecked_malformed_prediction_is_an_error_not_a_loop(episode):
+    with pytest.raises(PredictionError, match="check it first"):
+        TASK.score(Prediction(torch.full((5, 3), 1 / 3)), episode)

@@ -183,10 +183,15 @@ class Classification(Task):
                    temperature: float = 1.0) -> list[dict[str, Any]]:
         """Records of checked predictions: the seed and classes of the episode, then
         :func:`zoo.metrics.episode_records` (one batched call when the episodes share a shape)."""
+        if not episodes:
+            return []
         stacked = _stack(predictions, episodes)
-        if stacked is None:
+        if stacked is None and len(episodes) > 1:  # episodes of several shapes: one at a time
             return [r for p, e in zip(predictions, episodes, strict=True)
                     for r in self.score_many([p], [e], temperature)]
+        if stacked is None:
+            raise PredictionError(f"episode {episodes[0].id}: a prediction of the wrong type or "
+                                  "shape cannot be scored; check it first (Task.check says why)")
         records = episode_records(*stacked, temperature)
         return [{"seed": e.info.get("seed"), "classes": e.info.get("classes")} | r
                 for e, r in zip(episodes, records, strict=True)]
