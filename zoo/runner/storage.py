@@ -137,7 +137,7 @@ class Results:
                 first = ((k, len(files), -1), *problem)
                 break
         keep = self._records is not None
-        kept, found = _check_files_split(work) if keep else _check_files(work, ALL_FILES, keep)
+        kept, found = _check_files_split(work) if keep else _check_files(work, ALL_FILES, False)
         problem = min((p for p in (first, found) if p is not None), default=None)
         if problem is not None:
             raise ResultsFolderError(Path(problem[1]), problem[2])
