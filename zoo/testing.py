@@ -29,7 +29,6 @@ vectors, float64), :func:`line_episode` (one feature), :func:`softmax_marginals`
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any
 
@@ -39,6 +38,7 @@ from torch import Tensor, nn
 from zoo.backbones import Backbone
 from zoo.data.base import FewShotDataset
 from zoo.episode import Episode, EpisodeSampler, episode_seed
+from zoo.io import json_line
 from zoo.kernels import Kernel
 from zoo.method import Method, build_method
 
@@ -375,7 +375,7 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
         prediction = task.predict(model, episode)
     task.check(prediction, episode, method)  # raises PredictionError, naming what to fix
     record = {"index": 0} | task.score(prediction, episode) | {"seconds": 0.0}  # as the runner
-    json.dumps(record)  # records go to episodes.jsonl
+    json_line(record)  # records go to episodes.jsonl
     summary = task.summarise([record, record])
     assert isinstance(summary, dict) and summary, f"{kind}: summarise gave {summary!r}"
     value = task.selection_value([record])

@@ -81,3 +81,8 @@ def test_finite_gradients_finds_any_nan_or_infinity_in_any_parameter():
         g[2, 1] = bad
         assert not finite_gradients(params(torch.ones(5), g))
     assert not finite_gradients(params(torch.tensor([float("inf"), -float("inf")])))
+    # one parameter (its own path): the same answers
+    assert finite_gradients(params(big)) and finite_gradients(params(torch.zeros(())))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert not finite_gradients(params(torch.tensor(bad)))
+        assert not finite_gradients(params(None, torch.tensor([1.0, bad]), None))

@@ -14,7 +14,6 @@ continues after the last recorded episode. The summary of the records is the tas
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from zoo.io import json_line
 from zoo.runner.storage import read_jsonl, write_jsonl
 from zoo.tasks.base import PredictionError, Shape, Task
 
@@ -40,10 +40,10 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
         n, get = task.test_episodes(dataset, shape, seed, count)
     else:
         n, get = count, task.episodes(dataset, split, shape, seed, training=False)
-    lines: list[str] = []
+    records: list[dict[str, Any]] = []
     if records_path is not None and records_path.exists():
-        lines = [json.dumps(r) + "\n" for r in read_jsonl(records_path)][:n]
-    records = [json.loads(line) for line in lines]
+        records = list(read_jsonl(records_path))[:n]
+    lines = [json_line(r) for r in records]
     running = sum(r[task.headline] for r in records)
     cuda = getattr(dataset, "device", torch.device("cpu")).type == "cuda"
     method.eval()
@@ -63,7 +63,7 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
             if inner is not None:
                 record["inner_objective"] = [float(v) for v in inner]
             records.append(record)
-            lines.append(json.dumps(record) + "\n")
+            lines.append(json_line(record))
             running += record[task.headline]
 
     def settle() -> None:
