@@ -7,8 +7,10 @@ registry, never globally): nearest prototype of 4x4-pooled pixels with one learn
 training step or a test episode takes well under a millisecond of model work. Its backbone is the
 flattened pixels (``pixels``, registered likewise): the method uses none, and building an unused
 MLP per training would be work neither of the runner nor of the cell. Cells are glyphs
-2-way 1-shot over ``cells / 2`` seeds and two test data sets (glyphs and digits), each training
-``--train-episodes`` episodes (validated twice on 5) and testing ``--test-episodes``.
+``--way``-way 1-shot with ``--query`` queries per class (default 2 and 2: the smallest episodes,
+where the runner's share is largest; 5 and 15 is the common few-shot episode) over ``cells / 2``
+seeds and two test data sets (glyphs and digits), each training ``--train-episodes`` episodes
+(validated twice on 5) and testing ``--test-episodes``.
 
 Overhead, exactly: ``(T - own) / own``, where ``T`` is the time of ``run_suite`` (the whole suite:
 expansion, hashes, data, every cell, every file) and ``own`` the sum over cells of their own
@@ -23,7 +25,7 @@ inflates less, with the load average. Then ``zoo report DIR`` runs in a fresh pr
 runs it (imports included), without and with the figures: its wall and CPU time.
 
     python benchmarks/runner_many_cells.py [--cells 10000] [--train-episodes 100]
-        [--test-episodes 50] [--out DIR] [--profile FILE]
+        [--test-episodes 50] [--way 2] [--query 2] [--out DIR] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ def main() -> None:
     p.add_argument("--cells", type=int, default=10_000)
     p.add_argument("--train-episodes", type=int, default=100)
     p.add_argument("--test-episodes", type=int, default=50)
+    p.add_argument("--way", type=int, default=2)
+    p.add_argument("--query", type=int, default=2, help="queries per class")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--profile", type=Path, default=None, metavar="FILE",
                    help="profile run_suite (cProfile, CPU time): print its top functions, save "
@@ -138,8 +142,8 @@ def main() -> None:
     EpisodeSampler.__getitem__ = timed(EpisodeSampler.__getitem__, 1)
     suite = suite_from_dict("many-cells", {"suite": {
         "description": "many millisecond cells", "methods": [PooledPrototypes.name],
-        "train_datasets": ["glyphs"], "test_datasets": ["glyphs", "digits"], "ways": [2],
-        "shots": [1], "query": 2, "train_query": 2, "seeds": list(range(args.cells // 2)),
+        "train_datasets": ["glyphs"], "test_datasets": ["glyphs", "digits"], "ways": [args.way],
+        "shots": [1], "query": args.query, "train_query": args.query, "seeds": list(range(args.cells // 2)),
         "backbone": "pixels", "train_episodes": args.train_episodes, "val_episodes": 5,
         "val_every": max(1, args.train_episodes // 2), "test_episodes": args.test_episodes,
         "checkpoint_every": max(1, args.train_episodes // 2)}}, "benchmark", reg)
@@ -157,7 +161,8 @@ def main() -> None:
     n = max(len(outcome.finished), 1)
     ratio: dict[str, float] = {}
     print(f"{len(outcome.finished)} cells ({len(outcome.failed)} failed), {args.train_episodes} "
-          f"training + {args.test_episodes} test episodes each")
+          f"training + {args.test_episodes} test episodes each, {args.way}-way 1-shot, "
+          f"{args.query} queries per class")
     for kind, (spent, (model, sampling)) in total.items():
         own = model + sampling
         overhead = spent - own

@@ -74,6 +74,68 @@ def test_temperature_fit_sharpens_a_nearly_uniform_but_accurate_predictive():
     assert metrics.fit_temperature(flat, y) == pytest.approx(0.02, rel=0.05)
 
 
+@pytest.mark.parametrize("n,classes,scale,true_t", [(750, 5, 3.0, 2.5), (20, 2, 1.0, 1.0),
+                                                     (750, 5, 3.0, 0.3), (400, 5, 3.0, 20.0),
+                                                     (75, 5, 10.0, 1.0), (40, 20, 0.5, 0.25)])
+def test_temperature_fit_is_the_minimiser_of_the_nll(n, classes, scale, true_t):
+    """Newton's root of ``L'(1/T)`` is the NLL's minimiser: the first-order condition holds to
+    rounding, the NLL there is below its value on a fine grid of T and at T (1 +- 1e-6), and a
+    golden-section search of the NLL (the previous method; its resolution is ~1e-8 where the
+    NLL is flat to rounding) finds the same T to 1e-6."""
+    g = torch.Generator().manual_seed(n + classes)
+    logits = torch.randn(n, classes, generator=g, dtype=torch.float64) * scale
+    y = torch.multinomial(torch.softmax(logits / true_t, -1), 1, generator=g)[:, 0]
+    log_p = torch.log_softmax(logits, -1)
+    t = metrics.fit_temperature(log_p, y)
+    assert 1e-3 < t < 1e3  # an interior minimum (the bounds: the next test)
+
+    def nll(temperature: float) -> float:
+        return float(torch.nn.functional.cross_entropy(log_p / temperature, y))
+
+    w = torch.softmax(log_p / t, -1)
+    slope = float(((w * log_p).sum(-1) - log_p.gather(1, y[:, None])[:, 0]).mean())
+    assert abs(slope) < 1e-12
+    grid = torch.logspace(-3, 3, 601, dtype=torch.float64)
+    assert nll(t) <= min(nll(float(s)) for s in grid) + 1e-12
+    assert nll(t) <= min(nll(t * (1 + 1e-6)), nll(t * (1 - 1e-6))) + 1e-15
+    lo, hi = math.log(1e-4), math.log(1e4)
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(200):  # golden section on log T
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        lo, hi = (lo, b) if nll(math.exp(a)) < nll(math.exp(b)) else (a, hi)
+    assert t == pytest.approx(math.exp((lo + hi) / 2), rel=1e-6)
+
+
+def test_temperature_fit_at_its_bounds(caplog):
+    """Where the NLL has no interior minimum the fit stops at a bound and says so: every query
+    right (the NLL falls as T -> 0), every query wrong or a uniform predictive (it falls, or is
+    flat, as T grows)."""
+    right = torch.log_softmax(torch.tensor([[10.0, 0.0], [0.0, 10.0]]), -1)
+    assert metrics.fit_temperature(right, torch.tensor([0, 1])) == pytest.approx(1e-4)
+    assert metrics.fit_temperature(right, torch.tensor([1, 0])) == pytest.approx(1e4)
+    uniform = torch.full((6, 3), -math.log(3))
+    assert metrics.fit_temperature(uniform, torch.tensor([0, 1, 2, 0, 1, 2])) == pytest.approx(1e4)
+    assert metrics.fit_temperature(right, torch.tensor([0, 1]), bounds=(0.5, 2)) == 0.5
+    assert caplog.text.count("stopped at its bound") == 4
+
+
+def test_brier_and_calibrated_confidence_equal_their_definitions():
+    """The expanded Brier score and the softmax-free calibrated confidence against the plain
+    formulas (one-hot difference; max of the tempered softmax), with zeros and ties."""
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(7, 9, 5, generator=g, dtype=torch.float64) * 4, -1)
+    probs[0, 0] = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    probs[0, 1] = torch.full((5,), 0.2, dtype=torch.float64)
+    y = torch.randint(0, 5, (7, 9), generator=g)
+    onehot = torch.nn.functional.one_hot(y, 5).double()
+    assert torch.allclose(metrics.query_brier(probs, y), (probs - onehot).pow(2).sum(-1),
+                          atol=1e-15, rtol=0)
+    for t in (1e-3, 0.3, 1.0, 7.0):
+        expected = metrics.apply_temperature(probs, t).max(-1).values
+        assert torch.allclose(metrics.calibrated_confidence(probs, t), expected, atol=1e-14,
+                              rtol=0)
+
+
 def test_episode_record():
     (r,) = metrics.episode_records(torch.tensor([[[0.9, 0.1], [0.3, 0.7]]]), torch.tensor([[0, 0]]))
     assert r["accuracy"] == 0.5 and r["correct"] == [1, 0]

@@ -107,9 +107,9 @@ def query_nll(probs: Tensor, y: Tensor, eps: float = 1e-12) -> Tensor:
 
 
 def query_brier(probs: Tensor, y: Tensor) -> Tensor:
-    """``sum_c (p_c - 1[c = y])^2`` of each query: ``probs [..., Q, C]`` -> ``[..., Q]``."""
-    onehot = torch.nn.functional.one_hot(y, probs.shape[-1]).to(probs.dtype)
-    return (probs - onehot).pow(2).sum(-1)
+    """``sum_c (p_c - 1[c = y])^2 = sum_c p_c^2 - 2 p_y + 1`` of each query: ``probs [..., Q, C]``
+    -> ``[..., Q]`` (the expanded form: no one-hot matrix)."""
+    return (probs * probs).sum(-1) - 2 * probs.gather(-1, y[..., None])[..., 0] + 1
 
 
 def nll(probs: Tensor, y: Tensor, eps: float = 1e-12) -> float:
@@ -122,31 +122,58 @@ def brier(probs: Tensor, y: Tensor) -> float:
 
 def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = (1e-4, 1e4)) -> float:
     """The temperature ``T`` minimising the NLL of ``softmax(log_probs / T)`` (fit on validation
-    episodes only). A 1-d convex problem in ``1 / T``, hence unimodal in ``log T``: golden-section
-    search, no tuning. The bounds are wide on purpose: a GP predictive can be nearly uniform and
-    still accurate (its calibrating ``T`` is then far below 1); an optimum at a bound is logged."""
-    log_probs, y = log_probs.double(), y.long()
+    episodes only). In ``b = 1 / T`` the NLL ``L(b) = mean_i [logsumexp_c(b z_ic) - b z_iy]`` is
+    convex, with ``L'(b) = mean_i (E_b[z_i] - z_iy)`` and ``L''(b) = mean_i Var_b[z_i] >= 0``
+    (moments under ``softmax(b z_i)``), so the root of ``L'`` is found by Newton's method, kept
+    inside a bracket where ``L'`` changes sign (a geometric bisection where a Newton step would
+    leave it): ~10 evaluations of the moments, against ~80 of the NLL for a golden-section
+    search (5.5 ms at 750 queries x 5 classes). No tuning. The bounds are wide on purpose: a GP
+    predictive can be nearly uniform and still accurate (its calibrating ``T`` is then far below
+    1); an optimum at a bound is logged."""
+    z = log_probs.detach().double().cpu().numpy()
+    d = z - z.max(1, keepdims=True)  # moments of z shifted per row: exp(b d) <= 1, no overflow
+    d_y = np.take_along_axis(d, y.long().cpu().numpy()[:, None], 1)[:, 0]
 
-    def loss(log_t: float) -> float:
-        return float(torch.nn.functional.cross_entropy(log_probs / math.exp(log_t), y))
+    def slope(b: float) -> tuple[float, float]:
+        """``L'(b)`` and ``L''(b)``."""
+        w = np.exp(b * d)
+        total = w.sum(1)
+        mean = (w * d).sum(1) / total
+        second = (w * d * d).sum(1) / total
+        return float((mean - d_y).mean()), float(np.maximum(second - mean * mean, 0).mean())
 
-    lo, hi = math.log(bounds[0]), math.log(bounds[1])
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = loss(a), loss(b)
-    for _ in range(80):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - ratio * (hi - lo)
-            fa = loss(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + ratio * (hi - lo)
-            fb = loss(b)
-    t = math.exp((lo + hi) / 2)
+    lo, hi = 1 / bounds[1], 1 / bounds[0]  # the bracket in b
+    if slope(lo)[0] >= 0:     # L increasing everywhere: the largest T
+        b = lo
+    elif slope(hi)[0] <= 0:   # L decreasing everywhere: the smallest T
+        b = hi
+    else:  # Newton in log b (dL'/dlog b = b L''), the scale on which the bounds are set
+        b = min(max(1.0, lo), hi)
+        for _ in range(100):
+            g, h = slope(b)
+            if g < 0:
+                lo = b
+            else:
+                hi = b
+            step = g / (b * h) if h > 0 else math.inf
+            if math.log(lo) < math.log(b) - step < math.log(hi):
+                b, moved = b * math.exp(-step), abs(step)
+            else:
+                b, moved = math.sqrt(lo * hi), math.log(hi / lo)
+            if moved <= 1e-13:
+                break
+    t = 1 / b
     if not bounds[0] * 1.01 < t < bounds[1] / 1.01:
         log.warning("temperature fit stopped at its bound T = %.3g (bounds %s)", t, bounds)
     return t
+
+
+def calibrated_confidence(probs: Tensor, temperature: float, eps: float = 1e-12) -> Tensor:
+    """``max_c`` of :func:`apply_temperature`, ``1 / sum_c exp((log p_c - max_c' log p_c') / T)``
+    (the largest class keeps the largest probability for ``T > 0``), without the softmax: torch's
+    softmax over a last dimension of a few classes costs ~5x these element-wise calls."""
+    log_p = probs.clamp_min(eps).log()
+    return ((log_p - log_p.max(-1, keepdim=True).values) / temperature).exp().sum(-1).reciprocal()
 
 
 def apply_temperature(probs: Tensor, temperature: float, eps: float = 1e-12) -> Tensor:
@@ -166,5 +193,5 @@ def episode_records(probs: Tensor, y: Tensor, temperature: float = 1.0) -> list[
                "nll": query_nll(probs, y).mean(-1).tolist(),
                "brier": query_brier(probs, y).mean(-1).tolist(),
                "confidence": conf.tolist(), "correct": correct.tolist(),
-               "confidence_calibrated": apply_temperature(probs, temperature).max(-1).values.tolist()}
+               "confidence_calibrated": calibrated_confidence(probs, temperature).tolist()}
     return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
