@@ -21,6 +21,7 @@ from PIL import Image
 from torch import Tensor
 
 from zoo.data.base import FileDataset, read_image
+from zoo.method import manual_seed
 
 IMAGE_SIZE = 84
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -62,7 +63,7 @@ class ImageFileDataset(FileDataset):
         seed = int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
         rows = []
         with torch.random.fork_rng(devices=[]):  # torchvision's transforms draw from the global RNG
-            torch.manual_seed(seed)
+            manual_seed(seed)
             for c, ex in zip(classes.tolist(), examples.tolist(), strict=True):
                 transform = self.train_transform if c in self._train_classes else self.transform
                 rows.append(torch.stack([transform(read_image(self.files[c][i], "RGB")) for i in ex]))

@@ -23,6 +23,7 @@ from torch import nn
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.hparams import Configurable, HParam
+from zoo.method import manual_seed
 
 Shape = Mapping[str, Any]
 GetEpisode = Callable[[int], Any]
@@ -163,7 +164,7 @@ class Task(ABC):
         """An untrained method of class ``cls`` for ``cell`` on ``dataset``, its parameters drawn
         from the cell's seed (the global RNG stream is left as it was)."""
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cell.seed)
+            manual_seed(cell.seed)
             return cls(**self.data_shape(dataset), **cell.hparams)
 
     def data_shape(self, dataset: Any) -> dict[str, Any]:

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.hparams import HParam
-from zoo.method import draw_seed
+from zoo.method import draw_seed, manual_seed
 from zoo.tasks.regression import RegressionEpisode, RegressionMethod, RegressionPrediction
 from zoo_gmm_np import trng
 from zoo_gmm_np.gmm import GMM
@@ -74,7 +74,7 @@ def seeded(episode: RegressionEpisode, salt: int) -> Iterator[None]:
     the block and restored after it, so that a prediction is a function of weights and episode."""
     device = episode.target_x.device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(draw_seed(episode, salt))
+        manual_seed(draw_seed(episode, salt))
         yield
 
 
