@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         get = EpisodeSampler(data, "val", way, shot, args.query, seed=args.seed).__getitem__
     except EpisodeError as error:  # e.g. a way beyond the split's class count
-        raise SystemExit(f"cannot draw {way}-way {shot}-shot validation episodes: {error}")
+        raise SystemExit(f"cannot draw {way}-way {shot}-shot validation episodes: {error}") from None
     probs: list[list[torch.Tensor]] = [[] for _ in variants]
     seconds = [0.0 for _ in variants]
     labels = []
