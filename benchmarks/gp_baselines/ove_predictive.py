@@ -4,7 +4,7 @@ each chain's last Polya-Gamma draws ``w``) against ``samples`` (on the chains' G
 test).
 
     python benchmarks/gp_baselines/ove_predictive.py TRAIN_FOLDER [--episodes 100] [--seed 101]
-        [--variant predictive=conditional --variant predictive=samples --variant ...]
+        [--way W] [--shot S] [--variant predictive=conditional --variant predictive=samples ...]
 
 ``TRAIN_FOLDER`` is a training folder of ``ove`` (``RESULTS/train/<hash>``, from ``zoo bench``);
 each ``--variant`` is comma-separated ``key=value`` test-time hyper-parameters
@@ -12,9 +12,12 @@ each ``--variant`` is comma-separated ``key=value`` test-time hyper-parameters
 Per variant: accuracy, NLL, raw ECE (15 bins, pooled over the episodes' queries), NLL and ECE
 after a temperature fitted on these episodes (in-sample), CPU seconds per episode (one thread);
 and each variant's paired difference to the reference over episodes (mean and 95% CI half-width;
-for ECE, a paired bootstrap over episodes). The episodes are the validation split's, ``way`` x
-``train_shot`` with 15 queries per class, drawn with ``--seed`` (not the seed training validated
-on).
+for ECE, a paired bootstrap over episodes). The episodes are the validation split's, ``--way`` x
+``--shot`` (default: the trained ``way`` x ``train_shot``) with 15 queries per class, drawn with
+``--seed`` (not the seed training validated on). Another way or shot needs no other model: the
+GP classifier has no per-class parameters (the backbone and kernel are shared by the classes,
+each episode's class functions are a GP over its own support), so a 5-way model scores 20-way
+episodes as it is; the way is bounded by the validation split's class count (refused beyond).
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from zoo.episode import EpisodeSampler
+from zoo.errors import EpisodeError
 from zoo.metrics import apply_temperature, ece_mce, fit_temperature, mean_ci, paired_difference
 from zoo.plugins import registry
 from zoo.runner.cell import DatasetCache
 from zoo.runner.cells import Cell
 from zoo.runner.train import build_for_cell, load_run
+from zoo.tasks.classification import train_way
 
 
 def parse_variant(text: str) -> dict[str, str]:
@@ -50,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=101)
     parser.add_argument("--query", type=int, default=15)
+    parser.add_argument("--way", type=int, default=None, help="default: the trained way")
+    parser.add_argument("--shot", type=int, default=None, help="default: the trained shot")
     parser.add_argument("--variant", action="append", default=None)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--data-dir", default=None)
@@ -70,7 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         method = build_for_cell(cell, data, "cpu", reg)
         method.load_state_dict(blob["state_dict"])
         methods.append(method.eval())
-    get = task.episodes(data, "val", cell.shape, args.seed, training=False)
+    trained_way, trained_shot = train_way(cell.shape), int(cell.shape["train_shot"])
+    way = trained_way if args.way is None else args.way
+    shot = trained_shot if args.shot is None else args.shot
+    try:
+        get = EpisodeSampler(data, "val", way, shot, args.query, seed=args.seed).__getitem__
+    except EpisodeError as error:  # e.g. a way beyond the split's class count
+        raise SystemExit(f"cannot draw {way}-way {shot}-shot validation episodes: {error}") from None
     probs: list[list[torch.Tensor]] = [[] for _ in variants]
     seconds = [0.0 for _ in variants]
     labels = []
@@ -101,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((text, acc_e, nll_e, ece(flat, y), temperature, nll_cal,
                      ece(calibrated, y), seconds[k] / args.episodes))
     out = sys.stdout
-    out.write(f"ove {config['train_shot']}-shot model {args.run}; {args.episodes} validation "
-              f"episodes (seed {args.seed}), {args.query} queries per class\n\n"
+    out.write(f"ove {trained_way}-way {trained_shot}-shot model {args.run}; "
+              f"{args.episodes} {way}-way {shot}-shot validation episodes (seed {args.seed}), "
+              f"{args.query} queries per class\n\n"
               "| variant | acc | NLL | ECE | T | NLL (T) | ECE (T) | CPU s/episode |\n"
               "|---|---|---|---|---|---|---|---|\n")
     for text, acc_e, nll_e, e, t, nll_cal, e_cal, s in rows:
