@@ -98,6 +98,23 @@ def json_line(obj: Any) -> bytes:
     return line
 
 
+def json_record(line: str) -> Any:
+    """The value of one line of a JSON-lines file the zoo wrote, as ``json.loads`` reads it: a
+    line :func:`json_line` encoded with ``orjson`` (compact: no ``": "`` in it) is read by
+    ``orjson`` (~10x faster), and which it refuses (``NaN``, trailing text) by ``json``, which
+    reads it or raises the error it always raises; a line ``json.dumps`` wrote (``": "``, the
+    separator it writes; older files, and ``json_line``'s fallback, the only place a
+    record's integer beyond 64 bits can be) is read by ``json``. ``orjson`` reads an integer
+    beyond 64 bits as a float, which no line it wrote holds; a compact line from another
+    writer with one would be read so."""
+    if '": ' not in line:
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line)
+
+
 def atomic_write_lines(path: str | os.PathLike, lines: Iterable[bytes]) -> Path:
     """The lines of :func:`json_line` as the file ``path``, atomically."""
     return atomic_write_bytes(path, b"".join(lines))

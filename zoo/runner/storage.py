@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_lines, atomic_write_text
+from zoo.io import atomic_write_json, atomic_write_lines, atomic_write_text, json_record
 from zoo.runner.allocator import malloc_setting
 from zoo.runner.cells import code_free_hash, config_hash
 
@@ -543,7 +543,7 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
         raise ResultsFolderError(Path(path), f"is not readable ({exc})") from None
     for number, line in enumerate(text.splitlines(), 1):
         try:
-            obj = _loads(line)
+            obj = json_record(line)
         except json.JSONDecodeError as exc:
             raise ResultsFolderError(Path(path), f"line {number} is not JSON ({exc})") from None
         if not isinstance(obj, dict):
