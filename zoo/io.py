@@ -16,7 +16,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -113,11 +113,6 @@ def json_record(line: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(line)
-
-
-def atomic_write_lines(path: str | os.PathLike, lines: Iterable[bytes]) -> Path:
-    """The lines of :func:`json_line` as the file ``path``, atomically."""
-    return atomic_write_bytes(path, b"".join(lines))
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_lines, atomic_write_text, json_record
+from zoo.io import atomic_write_bytes, atomic_write_json, atomic_write_text, json_record
 from zoo.runner.allocator import malloc_setting
 from zoo.runner.cells import code_free_hash, config_hash
 
@@ -553,7 +553,7 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
 def write_jsonl(path: Path, lines: Iterable[bytes]) -> None:
     """Lines of :func:`zoo.io.json_line` as the file ``path``, atomically."""
-    atomic_write_lines(path, lines)
+    atomic_write_bytes(path, b"".join(lines))
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
