@@ -77,7 +77,7 @@ def test_temperature_fit_sharpens_a_nearly_uniform_but_accurate_predictive():
 @pytest.mark.parametrize("n,classes,scale,true_t", [(750, 5, 3.0, 2.5), (20, 2, 1.0, 1.0),
                                                      (750, 5, 3.0, 0.3), (400, 5, 3.0, 20.0),
                                                      (75, 5, 10.0, 1.0), (40, 20, 0.5, 0.25)])
-def test_temperature_fit_is_the_minimiser_of_the_nll(n, classes, scale, true_t):
+def test_temperature_fit_is_the_minimiser_of_the_nll(n, classes, scale, true_t, monkeypatch):
     """Newton's root of ``L'(1/T)`` is the NLL's minimiser: the first-order condition holds to
     rounding, the NLL there is below its value on a fine grid of T and at T (1 +- 1e-6), and a
     golden-section search of the NLL (the previous method; its resolution is ~1e-8 where the
@@ -86,8 +86,12 @@ def test_temperature_fit_is_the_minimiser_of_the_nll(n, classes, scale, true_t):
     logits = torch.randn(n, classes, generator=g, dtype=torch.float64) * scale
     y = torch.multinomial(torch.softmax(logits / true_t, -1), 1, generator=g)[:, 0]
     log_p = torch.log_softmax(logits, -1)
+    found = []
+    root = metrics.log_newton_root
+    monkeypatch.setattr(metrics, "log_newton_root", lambda *a: found.append(root(*a)) or found[-1])
     t = metrics.fit_temperature(log_p, y)
     assert 1e-3 < t < 1e3  # an interior minimum (the bounds: the next test)
+    assert found[0][1] <= 16  # evaluations of L' (13 at T = 20; ~50 before the stopping fix)
 
     def nll(temperature: float) -> float:
         return float(torch.nn.functional.cross_entropy(log_p / temperature, y))
@@ -104,6 +108,25 @@ def test_temperature_fit_is_the_minimiser_of_the_nll(n, classes, scale, true_t):
         a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
         lo, hi = (lo, b) if nll(math.exp(a)) < nll(math.exp(b)) else (a, hi)
     assert t == pytest.approx(math.exp((lo + hi) / 2), rel=1e-6)
+
+
+def test_log_newton_root_stops_where_it_converged():
+    """The search ends at an exact zero of ``g`` and at a Newton step under the tolerance, also
+    where the bracket it narrowed ends at that point (it once went on bisecting from the far end
+    of the bracket for ~50 evaluations there); a bracket without a sign change gives its end."""
+    calls = []
+
+    def exact_zero(b: float) -> tuple[float, float]:  # g = b - 0.3, exactly 0 near its root
+        calls.append(b)
+        return (0.0 if abs(b - 0.3) < 1e-9 else b - 0.3), 1.0
+
+    b, evaluations = metrics.log_newton_root(exact_zero, 1e-4, 1e4)
+    assert b == pytest.approx(0.3, abs=1e-9) and evaluations == len(calls) <= 10
+    for r in (1e-3, 0.5, 2.0, 7e3):  # g = log(b / r): one Newton step in log b is exact
+        b, evaluations = metrics.log_newton_root(lambda b: (math.log(b / r), 1 / b), 1e-4, 1e4)
+        assert b == pytest.approx(r, rel=1e-12) and evaluations <= 5
+    assert metrics.log_newton_root(lambda b: (b + 1.0, 1.0), 1e-4, 1e4) == (1e-4, 1)
+    assert metrics.log_newton_root(lambda b: (b - 1e5, 1.0), 1e-4, 1e4) == (1e4, 2)
 
 
 def test_temperature_fit_at_its_bounds(caplog):
