@@ -17,11 +17,11 @@ whole suite: expansion, hashes, data, every cell, every file) and ``own`` the su
 their own train and test time, which is the model's work (``meta_loss``, backward, the optimizer
 step as ``optimizer.step()`` runs it, torch's wrapper included, ``predict``, validation
 predictions included) and the drawing of their episodes (``EpisodeSampler``), timed around each
-call; ``timing`` is what that timing itself costs outside the intervals it measures (~500 calls a
-cell, each reading two clocks, ~1.5 us: a few percent of a millisecond model's time), measured in
-the same run on a no-op (:func:`timer_cost`), and printed. Everything else is the runner's: building the model,
-seeding, checking and scoring predictions, checkpoints, the temperature fit, summaries, files,
-flushes, results.jsonl, imports paid in the run. Printed in wall time and in CPU time (the
+call; ``timing`` is what that timing itself costs outside the intervals it measures (~300 calls a
+cell, each reading two clocks, ~1.4 us), measured in the same run on a no-op (:func:`timer_cost`)
+and printed. Everything else is the runner's: building the model, seeding, checking and scoring
+predictions, checkpoints, the temperature fit, summaries, files, flushes, results.jsonl, imports
+paid in the run. Printed in wall time and in CPU time (the
 process's, against the cells' own threads' CPU time), which a machine shared with other work
 inflates less, with the load average. Then ``zoo report DIR`` runs in a fresh process as a user
 runs it (imports included), without and with the figures: its wall and CPU time.

@@ -123,7 +123,7 @@ def test_log_newton_root_stops_where_it_converged():
     b, evaluations = metrics.log_newton_root(exact_zero, 1e-4, 1e4)
     assert b == pytest.approx(0.3, abs=1e-9) and evaluations == len(calls) <= 10
     for r in (1e-3, 0.5, 2.0, 7e3):  # g = log(b / r): one Newton step in log b is exact
-        b, evaluations = metrics.log_newton_root(lambda b: (math.log(b / r), 1 / b), 1e-4, 1e4)
+        b, evaluations = metrics.log_newton_root(lambda b, r=r: (math.log(b / r), 1 / b), 1e-4, 1e4)
         assert b == pytest.approx(r, rel=1e-12) and evaluations <= 5
     assert metrics.log_newton_root(lambda b: (b + 1.0, 1.0), 1e-4, 1e4) == (1e-4, 1)
     assert metrics.log_newton_root(lambda b: (b - 1e5, 1.0), 1e-4, 1e4) == (1e4, 2)

@@ -126,9 +126,9 @@ def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = 
     convex, with ``L'(b) = mean_i (E_b[z_i] - z_iy)`` and ``L''(b) = mean_i Var_b[z_i] >= 0``
     (moments under ``softmax(b z_i)``), so the root of ``L'`` is found by Newton's method, kept
     inside a bracket where ``L'`` changes sign (:func:`log_newton_root`): ~5-10 evaluations of
-    the moments, against ~80 of the NLL for a golden-section search. No tuning. The bounds are wide on purpose: a GP
-    predictive can be nearly uniform and still accurate (its calibrating ``T`` is then far below
-    1); an optimum at a bound is logged."""
+    the moments, against ~80 of the NLL for a golden-section search. No tuning. The bounds are
+    wide on purpose: a GP predictive can be nearly uniform and still accurate (its calibrating
+    ``T`` is then far below 1); an optimum at a bound is logged."""
     z = log_probs.detach().double().cpu().numpy()
     d = z - z.max(1, keepdims=True)  # moments of z shifted per row: exp(b d) <= 1, no overflow
     d_y = np.take_along_axis(d, y.long().cpu().numpy()[:, None], 1)[:, 0]
