@@ -27,7 +27,7 @@ inflates less, with the load average. Then ``zoo report DIR`` runs in a fresh pr
 runs it (imports included), without and with the figures: its wall and CPU time.
 
     python benchmarks/runner_many_cells.py [--cells 10000] [--train-episodes 100]
-        [--test-episodes 50] [--way 2] [--query 2] [--out DIR] [--profile FILE]
+        [--test-episodes 50] [--way 2] [--query 2] [--threads 1] [--out DIR] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -161,8 +161,13 @@ def main() -> None:
     p.add_argument("--profile", type=Path, default=None, metavar="FILE",
                    help="profile run_suite (cProfile, CPU time): print its top functions, save "
                    "the stats")
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads of the cells (the runner's own choice is the cores: a "
+                   "second thread only waits at each tiny op, and its spinning would count as "
+                   "overhead in CPU time)")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the runner's threads_per_unit honours it
+    torch.set_num_threads(args.threads)
     reg = registry()
     if PooledPrototypes.name not in reg.names("methods"):
         reg.register("methods", PooledPrototypes.name, PooledPrototypes, "benchmark")
