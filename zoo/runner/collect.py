@@ -74,9 +74,10 @@ class Entry:
     def seed_means(self) -> dict[int, float]:
         """Each seed's mean of the task kind's headline number over its episodes."""
         by_seed: dict[int, list[float]] = defaultdict(list)
-        for (seed, *_), record in self.episodes.items():
-            by_seed[seed].append(record[self.task.headline])
-        return {s: float(np.mean(v)) for s, v in sorted(by_seed.items())}
+        headline = self.task.headline
+        for episode, record in self.episodes.items():
+            by_seed[episode[0]].append(record[headline])
+        return {s: float(np.mean(np.array(v, dtype=np.float64))) for s, v in sorted(by_seed.items())}
 
 
 @dataclass
@@ -181,8 +182,9 @@ def _load_report(root: Path, registry: Any) -> Report:
         e = entry(row_name(r["method"], r.get("variant", "")), r)
         e.results.append(r)
         done.add(r["config_hash"])
-        for rec in results.episodes(r["config_hash"]):
-            e.episodes[(r["seed"], r.get("query"), rec["index"])] = rec
+        seed, query = r["seed"], r.get("query")
+        e.episodes.update({(seed, query, rec["index"]): rec
+                           for rec in results.episodes(r["config_hash"])})
         training = results.training(r["config_hash"])
         if training is not None:
             e.curves.append(training.get("curve", []))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,6 +29,19 @@ from zoo.method import manual_seed
 
 Shape = Mapping[str, Any]
 GetEpisode = Callable[[int], Any]
+
+
+def numbers(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """``key``'s number in each record, in order, as float64: the array ``np.asarray([r[key] for
+    r in records], dtype=np.float64)`` without the list between (a report pools ~10^5-10^6
+    records per setting)."""
+    return np.fromiter(map(itemgetter(key), records), dtype=np.float64, count=len(records))
+
+
+def pooled(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """``key``'s lists of numbers (one per query, say) of every record joined in order, as
+    float64."""
+    return np.fromiter(chain.from_iterable(map(itemgetter(key), records)), dtype=np.float64)
 
 
 class PredictionError(ZooError):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,7 +26,7 @@ from zoo.episode import Episode, EpisodeSampler
 from zoo.errors import EpisodeError
 from zoo.method import Method, Prediction, build_method
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, numbers, pooled
 
 SUM_TOLERANCE = 1e-4
 """How far a row of probabilities may sum from 1 (float32 softmax rows are within ~1e-6)."""
@@ -189,20 +188,17 @@ class Classification(Task):
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Accuracy with its 95% CI over episodes; ECE/MCE/NLL/Brier over all queries (fractions)."""
-        def pooled(key: str) -> np.ndarray:  # every query of every episode, in order
-            return np.fromiter(chain.from_iterable(r[key] for r in records), dtype=np.float64)
-
-        confidence, calibrated, correct = (pooled(k) for k in ("confidence",
-                                                               "confidence_calibrated", "correct"))
-        accuracy, ci95 = mean_ci([r["accuracy"] for r in records])
+        confidence, calibrated, correct = (pooled(records, k) for k in (  # every query, in order
+            "confidence", "confidence_calibrated", "correct"))
+        accuracy, ci95 = mean_ci(numbers(records, "accuracy"))
         ece, mce = ece_mce(confidence, correct)
         ece_cal, mce_cal = ece_mce(calibrated, correct)
         return {"accuracy": accuracy, "ci95": ci95, "ece": ece, "mce": mce,
-                "nll": float(np.mean([r["nll"] for r in records])),
-                "brier": float(np.mean([r["brier"] for r in records])),
+                "nll": float(np.mean(numbers(records, "nll"))),
+                "brier": float(np.mean(numbers(records, "brier"))),
                 "ece_calibrated": ece_cal, "mce_calibrated": mce_cal,
                 "test_episodes": len(records),
-                "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records])),
+                "eval_seconds_per_episode": float(np.mean(numbers(records, "seconds"))),
                 "error_percent": 100.0 * (1.0 - accuracy) if not math.isnan(accuracy) else math.nan}
 
     def validate(self, method: Method, get: GetEpisode, count: int,
