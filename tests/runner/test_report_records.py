@@ -220,3 +220,69 @@ def test_zoo_bench_reports_without_the_progress_bars_thread(tmp_path, monkeypatc
     assert main(["bench", "quick", "--methods", "protonet", "--out", str(tmp_path), "--device",
                  "cpu", *(a for s in sets for a in ("--set", s))]) == 0
     assert threads == [1]
+
+
+# -- reading a records file: one pass of orjson where it gives json_record's values ------------
+
+RECORDS = [{"index": 0, "confidence": [0.1, 1 / 3], "classes": ["a\u2028b", "c\x85d", "\u00e9"]},
+           {"index": 1, "nll": float("nan"), "brier": float("inf")},  # json's NaN, Infinity
+           {"index": 2, "big": 2 ** 70, "seed": 7372075668801838486}]
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_a_records_file_reads_as_json_record_reads_each_line(tmp_path, ending):
+    from zoo.io import json_line, json_record
+
+    path = tmp_path / "episodes.jsonl"
+    for records in (RECORDS[:1], RECORDS):  # compact lines only (orjson), and json's lines too
+        lines = [json_line(r).decode().rstrip("\n") for r in records]
+        path.write_bytes(ending.join(lines).encode() + ending.encode())
+        read = list(storage.read_jsonl(path))
+        assert len(read) == len(records)  # a line break inside a string is not a line's end
+        assert json.dumps(read) == json.dumps([json_record(line) for line in lines]) == \
+            json.dumps(records)
+    path.write_bytes(b"".join(json_line(r) for r in RECORDS[:1] * 3)[:-1])  # no final newline
+    assert storage.read_jsonl(path) == RECORDS[:1] * 3
+    path.write_bytes(b"")
+    assert storage.read_jsonl(path) == []
+    path.write_bytes(json_line(RECORDS[0]) + b"\n" + json_line(RECORDS[0]))  # an empty line
+    with pytest.raises(ResultsFolderError, match="line 2 is not JSON"):
+        storage.read_jsonl(path)
+
+
+# -- reading ahead only what is not in the page cache ------------------------------------------
+
+def test_files_in_the_page_cache_are_not_read_ahead(tmp_path, monkeypatch):
+    paths = []
+    for i in range(3 * storage.READ_AHEAD_SAMPLE):
+        (tmp_path / f"{i}.json").write_text("{}")  # just written: in the cache
+        paths.append(str(tmp_path / f"{i}.json"))
+    asked: list[int] = []
+    monkeypatch.setattr(storage.os, "posix_fadvise", lambda fd, *a: asked.append(fd))
+    assert storage._in_cache(paths)
+    storage._read_ahead(paths)
+    assert asked == []
+
+    def on_disk(fd, buffers, offset, flags):  # what a file not in the cache answers
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(storage.os, "preadv", on_disk)
+    assert not storage._in_cache(paths)
+    storage._read_ahead(paths)
+    assert len(asked) == len(paths)
+    monkeypatch.undo()
+    monkeypatch.delattr(storage.os, "RWF_NOWAIT")  # a system that cannot be asked
+    assert not storage._in_cache(paths)
+
+
+def test_numbers_and_pooled_numbers_are_the_arrays_of_the_lists():
+    import numpy as np
+
+    from zoo.tasks.base import numbers, pooled
+
+    records = [{"a": 0.1, "q": [1, 0.5]}, {"a": 2, "q": []}, {"a": float("nan"), "q": [True, 3]}]
+    for got, expected in ((numbers(records, "a"), [r["a"] for r in records]),
+                          (pooled(records, "q"), [x for r in records for x in r["q"]])):
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, np.asarray(expected, dtype=np.float64))
+    assert numbers([], "a").shape == pooled([], "q").shape == (0,)
