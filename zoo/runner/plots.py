@@ -21,6 +21,7 @@ from zoo.io import atomic_write_bytes
 from zoo.metrics import reliability_bins
 from zoo.runner.collect import Entry, Report, inner_curves
 from zoo.spec import parse_spec
+from zoo.tasks.base import pooled
 
 COLOURS = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink",
                                  "gray", "olive", "cyan")]
@@ -78,8 +79,7 @@ def draw_all(report: Report, out: Path) -> list[Path]:
 def reliability(entry: Entry, calibrated: bool = False):
     records = list(entry.episodes.values())
     key = "confidence_calibrated" if calibrated else "confidence"
-    return reliability_bins(np.concatenate([r[key] for r in records]),
-                            np.concatenate([r["correct"] for r in records]))
+    return reliability_bins(pooled(records, key), pooled(records, "correct"))
 
 
 def reliability_diagrams(report: Report, out: Path) -> list[Path]:
