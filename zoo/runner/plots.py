@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from zoo.io import atomic_write_bytes
-from zoo.metrics import reliability_bins
+from zoo.metrics import ReliabilityBins, reliability_bins
 from zoo.runner.collect import Entry, Report, inner_curves
 from zoo.spec import parse_spec
 from zoo.tasks.base import pooled
@@ -76,10 +76,13 @@ def draw_all(report: Report, out: Path) -> list[Path]:
     return written
 
 
-def reliability(entry: Entry, calibrated: bool = False):
+def reliability(entry: Entry) -> tuple[ReliabilityBins, ReliabilityBins]:
+    """The reliability bins of an entry's pooled queries: of the method's own confidences, and of
+    the temperature-scaled ones."""
     records = list(entry.episodes.values())
-    key = "confidence_calibrated" if calibrated else "confidence"
-    return reliability_bins(pooled(records, key), pooled(records, "correct"))
+    correct = pooled(records, "correct")
+    return tuple(reliability_bins(pooled(records, key), correct)
+                 for key in ("confidence", "confidence_calibrated"))
 
 
 def reliability_diagrams(report: Report, out: Path) -> list[Path]:
@@ -94,10 +97,8 @@ def reliability_diagrams(report: Report, out: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(done), figsize=(3.2 * len(done), 3.5), squeeze=False,
                                  layout="constrained")
         for ax, s in zip(axes[0], done):
-            entry = report.entries[(method, s)]
-            for calibrated, color, name in ((False, "tab:blue", "raw"),
-                                            (True, "tab:orange", "temperature-scaled")):
-                bins = reliability(entry, calibrated)
+            for bins, color, name in zip(reliability(report.entries[(method, s)]),
+                                         ("tab:blue", "tab:orange"), ("raw", "temperature-scaled")):
                 centers = (bins.edges[:-1] + bins.edges[1:]) / 2
                 width = np.diff(bins.edges)
                 full = bins.count > 0

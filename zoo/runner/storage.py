@@ -572,10 +572,10 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     reads it; a line that is not JSON or not an object is named by its number. Lines end at
     ``\\n`` (a ``\\r`` before it is JSON whitespace), not at the other line breaks of
     ``str.splitlines`` (``\\x85``, ``\\u2028``, ...), which ``orjson`` writes as they are inside a
-    string. A file of compact lines (no ``": "``, the separator of ``json.dumps``; every file the
-    runner writes now) is read by ``orjson`` in one pass over its lines, which is what
-    ``json_record`` does with each of them; the first line it refuses, or a value that is not an
-    object, sends the file through ``json_record`` line by line (json's ``NaN``, the error)."""
+    string. A file without ``": "`` (the separator ``json.dumps`` writes: no line of it came
+    from json) is read by ``orjson`` in one pass over its lines, which is what ``json_record``
+    does with each of them; a line it refuses, or a value that is not an object, sends the file
+    through ``json_record`` line by line (json's ``NaN``; the error, with its line's number)."""
     try:
         text = _read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
