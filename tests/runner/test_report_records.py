@@ -253,26 +253,40 @@ def test_a_records_file_reads_as_json_record_reads_each_line(tmp_path, ending):
 # -- reading ahead only what is not in the page cache ------------------------------------------
 
 def test_files_in_the_page_cache_are_not_read_ahead(tmp_path, monkeypatch):
+    """A read of each sampled file's first byte that may not wait for the disk (``RWF_NOWAIT``)
+    says whether the folder is cached; any file it cannot say it of (on the disk, a file system
+    without the flag such as tmpfs, a system without it) has everything read ahead."""
+    import errno
+
     paths = []
     for i in range(3 * storage.READ_AHEAD_SAMPLE):
-        (tmp_path / f"{i}.json").write_text("{}")  # just written: in the cache
+        (tmp_path / f"{i}.json").write_text("{}")
         paths.append(str(tmp_path / f"{i}.json"))
     asked: list[int] = []
+    probed: list[int] = []
     monkeypatch.setattr(storage.os, "posix_fadvise", lambda fd, *a: asked.append(fd))
-    assert storage._in_cache(paths)
-    storage._read_ahead(paths)
-    assert asked == []
 
-    def on_disk(fd, buffers, offset, flags):  # what a file not in the cache answers
-        raise BlockingIOError(11, "Resource temporarily unavailable")
+    def answer(error):
+        def preadv(fd, buffers, offset, flags):
+            assert flags == storage.os.RWF_NOWAIT
+            probed.append(fd)
+            if error is not None:
+                raise OSError(error, errno.errorcode[error])
+            return 1
+        return preadv
 
-    monkeypatch.setattr(storage.os, "preadv", on_disk)
-    assert not storage._in_cache(paths)
+    monkeypatch.setattr(storage.os, "preadv", answer(None))  # what a cached file answers
     storage._read_ahead(paths)
-    assert len(asked) == len(paths)
-    monkeypatch.undo()
+    assert asked == [] and len(probed) == storage.READ_AHEAD_SAMPLE
+    for error in (errno.EAGAIN, errno.EOPNOTSUPP):  # on the disk; a file system without it
+        monkeypatch.setattr(storage.os, "preadv", answer(error))
+        assert not storage._in_cache(paths)
+        asked.clear()
+        storage._read_ahead(paths)
+        assert len(asked) == len(paths)
     monkeypatch.delattr(storage.os, "RWF_NOWAIT")  # a system that cannot be asked
     assert not storage._in_cache(paths)
+    assert not storage._in_cache([])
 
 
 def test_numbers_and_pooled_numbers_are_the_arrays_of_the_lists():
