@@ -42,7 +42,7 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
         n, get = count, task.episodes(dataset, split, shape, seed, training=False)
     records: list[dict[str, Any]] = []
     if records_path is not None and records_path.exists():
-        records = list(read_jsonl(records_path))[:n]
+        records = read_jsonl(records_path)[:n]
     lines = [json_line(r) for r in records]
     running = sum(r[task.headline] for r in records)
     cuda = getattr(dataset, "device", torch.device("cpu")).type == "cuda"

@@ -114,7 +114,7 @@ class Results:
             if path.name not in TOP_LEVEL:
                 raise ResultsFolderError(path, "is not part of a zoo results folder")
         if (self.root / "results.jsonl").exists():
-            lines = list(read_jsonl(self.root / "results.jsonl"))
+            lines = read_jsonl(self.root / "results.jsonl")
             for line in lines:
                 if not isinstance(line.get("config_hash"), str):
                     raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
@@ -194,7 +194,7 @@ class Results:
         if self._records is not None and (cell_hash, "episodes.jsonl") in self._records:
             return self._records[(cell_hash, "episodes.jsonl")]
         path = self.cell_dir(cell_hash) / "episodes.jsonl"
-        return list(read_jsonl(path)) if path.exists() else []
+        return read_jsonl(path) if path.exists() else []
 
     def training(self, cell_hash: str) -> Any:
         """A cell's ``training.json`` (None if it has none), kept or read as :meth:`episodes`."""
@@ -226,7 +226,7 @@ class Results:
         if self._lines is not None:
             return list(self._lines)
         path = self.root / "results.jsonl"
-        return list(read_jsonl(path)) if path.exists() else []
+        return read_jsonl(path) if path.exists() else []
 
     def finished(self) -> list[dict[str, Any]]:
         """The lines of results.jsonl and of every finished cell missing there (read only: a
@@ -363,7 +363,7 @@ def _check_files(work: list[tuple[str, str, dict[str, list[str]]]],
                 path = os.path.join(folder, name, file)
                 try:
                     if file == "episodes.jsonl":
-                        content: Any = list(read_jsonl(path))
+                        content: Any = read_jsonl(path)
                     else:
                         content = _read_json(path)
                 except ResultsFolderError as exc:
