@@ -222,7 +222,7 @@ def test_zoo_bench_reports_without_the_progress_bars_thread(tmp_path, monkeypatc
     assert threads == [1]
 
 
-# -- reading a records file: one pass of orjson where it gives json_record's values ------------
+# -- reading a records file: each line as json_record reads it ---------------------------------
 
 RECORDS = [{"index": 0, "confidence": [0.1, 1 / 3], "classes": ["a\u2028b", "c\x85d", "\u00e9"]},
            {"index": 1, "nll": float("nan"), "brier": float("inf")},  # json's NaN, Infinity

@@ -34,8 +34,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from zoo.errors import ZooError
 from zoo.io import atomic_write_bytes, atomic_write_json, atomic_write_text, json_record
 from zoo.runner.allocator import malloc_setting
@@ -568,14 +566,11 @@ def _read_json(path: str | os.PathLike) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The objects of a JSON-lines file, one per line, each read as :func:`zoo.io.json_record`
-    reads it; a line that is not JSON or not an object is named by its number. Lines end at
-    ``\\n`` (a ``\\r`` before it is JSON whitespace), not at the other line breaks of
-    ``str.splitlines`` (``\\x85``, ``\\u2028``, ...), which ``orjson`` writes as they are inside a
-    string. A file without ``": "`` (the separator ``json.dumps`` writes: no line of it came
-    from json) is read by ``orjson`` in one pass over its lines, which is what ``json_record``
-    does with each of them; a line it refuses, or a value that is not an object, sends the file
-    through ``json_record`` line by line (json's ``NaN``; the error, with its line's number)."""
+    """The objects of a JSON-lines file, one per line, each read by :func:`zoo.io.json_record`
+    (``orjson`` for the lines it wrote, ``json`` for the others); a line that is not JSON or not
+    an object is named by its number. Lines end at ``\\n`` (a ``\\r`` before it is JSON
+    whitespace), not at the other line breaks of ``str.splitlines`` (``\\x85``, ``\\u2028``,
+    ...), which ``orjson`` writes as they are inside a string."""
     try:
         text = _read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
@@ -583,14 +578,6 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     lines = text.split("\n")
     if not lines[-1]:  # the newline that ends the last line
         lines.pop()
-    if '": ' not in text:
-        try:
-            records = list(map(orjson.loads, lines))
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            if all(type(r) is dict for r in records):
-                return records
     records = []
     for number, line in enumerate(lines, 1):
         try:
