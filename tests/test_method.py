@@ -10,8 +10,8 @@ import torch
 
 from zoo import Episode, Method, Prediction
 from zoo.errors import HyperParameterError
-from zoo.hparams import HParam
-from zoo.method import episode_generator, resolve_hparams
+from zoo.hparams import HParam, resolve_hparams
+from zoo.method import episode_generator
 from zoo.plugins import registry
 
 

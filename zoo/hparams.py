@@ -5,7 +5,7 @@ A method declares its hyper-parameters on the class, in the spirit of benchopt's
     hyperparameters = {"kl_weight": HParam(1e-4, gt=0, doc="weight of the KL term; 1 is the ELBO")}
 
 Declarations merge along the class hierarchy (a subclass's entry replaces its parent's), and
-:func:`zoo.method.resolve_hparams` checks every given value against them, so a plugin never checks
+:func:`resolve_hparams` checks every given value against them, so a plugin never checks
 a hyper-parameter by hand and every mistake is reported in the same words: the method, the key,
 the value, what is allowed, and what to do.
 """
@@ -167,3 +167,15 @@ class Configurable:
         """Episodes whose losses the trainer averages per optimizer step: the ``meta_batch``
         hyper-parameter where a method declares one (the inner-loop family does), else 1."""
         return int(self.hparams.get("meta_batch", 1))  # type: ignore[attr-defined]
+
+
+def resolve_hparams(cls: type[Configurable], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults overridden by ``given``, each value checked against its declaration; unknown keys
+    are an error listing the known ones."""
+    declared = cls.all_hparams()
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise HyperParameterError(f"method {cls.name!r}: no hyper-parameter(s) {unknown}; "
+                                  f"known: {sorted(declared)}; check the spelling")
+    return {k: h.check(given[k], method=cls.name, key=k) if k in given else h.default
+            for k, h in declared.items()}

@@ -21,7 +21,7 @@ from zoo.backbones import Backbone
 from zoo.batching import in_batched_call
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError, ZooError
-from zoo.hparams import Configurable, HParam
+from zoo.hparams import Configurable, HParam, resolve_hparams
 from zoo.kernels import Kernel
 
 
@@ -40,7 +40,7 @@ class Method(Configurable, nn.Module):
     Class attributes:
         name: the registered name (lowercase, hyphens).
         task: the task kind it solves (``zoo tasks``); other kinds derive from their own base,
-            :class:`zoo.tasks.base.TaskMethod`.
+            :class:`zoo.tasks.methods.TaskMethod`.
         hyperparameters: name -> :class:`~zoo.hparams.HParam` (default, type, choices, range,
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
@@ -91,18 +91,6 @@ class Method(Configurable, nn.Module):
 
     def features(self, x: Tensor) -> Tensor:
         return self.backbone(x)
-
-
-def resolve_hparams(cls: type[Method], given: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults overridden by ``given``, each value checked against its declaration; unknown keys
-    are an error listing the known ones."""
-    declared = cls.all_hparams()
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise HyperParameterError(f"method {cls.name!r}: no hyper-parameter(s) {unknown}; "
-                                  f"known: {sorted(declared)}; check the spelling")
-    return {k: h.check(given[k], method=cls.name, key=k) if k in given else h.default
-            for k, h in declared.items()}
 
 
 def build_method(name: str, *, way: int, in_channels: int, image_size: int,

@@ -1,4 +1,6 @@
-"""Accuracy with confidence intervals and calibration metrics, over per-episode results.
+"""Accuracy with confidence intervals and calibration metrics, over per-episode results. The
+functions of tensors use their methods (torch is imported by whoever made them), so reading
+results imports no torch.
 
 Conventions (fractions, not percent):
 - 95% CI of a mean over n episodes: ``1.96 * s / sqrt(n)``, ``s`` the sample standard deviation
@@ -14,10 +16,12 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +200,8 @@ def calibrated_confidence(probs: Tensor, temperature: float, eps: float = 1e-12)
 
 
 def apply_temperature(probs: Tensor, temperature: float, eps: float = 1e-12) -> Tensor:
+    import torch
+
     return torch.softmax(probs.clamp_min(eps).log() / temperature, dim=-1)
 
 

@@ -237,7 +237,7 @@ def test_a_regression_suite_without_context_sizes_says_what_to_set():
 
 
 def test_a_stream_method_without_update_is_an_error_that_says_what_to_implement():
-    from zoo.tasks.sequential import StreamMethod
+    from zoo.tasks.methods import StreamMethod
 
     class NoUpdate(StreamMethod):
         name = "no-update"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from zoo.tasks.integration import Estimate, IntegrationMethod, IntegrationProblem
+from zoo.tasks.integration import Estimate, IntegrationProblem
+from zoo.tasks.methods import IntegrationMethod
 
 
 class MonteCarlo(IntegrationMethod):

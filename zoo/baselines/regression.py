@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.hparams import HParam
-from zoo.tasks.regression import RegressionEpisode, RegressionMethod, RegressionPrediction
+from zoo.tasks.methods import RegressionMethod
+from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 
 JITTER = 1e-6
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from zoo.hparams import HParam
-from zoo.tasks.sequential import StreamMethod
+from zoo.tasks.methods import StreamMethod
 
 VARIANCE_FLOOR = 1e-2
 

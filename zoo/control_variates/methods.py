@@ -16,7 +16,8 @@ from zoo.control_variates import linear, neural, vector_valued
 from zoo.control_variates.fitting import MODES, CVEstimate, fit_size
 from zoo.errors import EpisodeError
 from zoo.hparams import HParam
-from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationMethod, IntegrationProblem
+from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationProblem
+from zoo.tasks.methods import IntegrationMethod
 
 
 def _result(e: CVEstimate) -> Estimate:

@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any
 
 from zoo.errors import HyperParameterError, ZooError
-from zoo.method import resolve_hparams
+from zoo.hparams import resolve_hparams
 from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel, select_methods
 from zoo.spec import parse_spec
 from zoo.tasks.base import Task

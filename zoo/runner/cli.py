@@ -99,7 +99,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 def train_cmd(args: argparse.Namespace) -> int:
     """Meta-train one classification method on one data set (resumable); writes a run folder for
     zoo evaluate."""
-    from zoo.method import resolve_hparams
+    from zoo.hparams import resolve_hparams
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache
@@ -183,7 +183,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     """Score a trained classification model on a data set's test episodes (cross-domain, Lake's
     runs)."""
     from zoo.errors import ZooError
-    from zoo.method import resolve_hparams
+    from zoo.hparams import resolve_hparams
     from zoo.plugins import registry
     from zoo.runner.bench import resolve_device
     from zoo.runner.cell import DatasetCache

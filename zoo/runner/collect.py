@@ -152,11 +152,10 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def load_report(root: Path, registry: Any = None) -> Report:
-    """Read a results folder (validated first: a corrupt file is named, nothing is changed)."""
-    if registry is None:
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
+    """Read a results folder (validated first: a corrupt file is named, nothing is changed).
+    ``registry`` gives the task kinds; by default the built-in kinds are taken as they are and
+    the process's plugins are loaded only for a kind of theirs (their imports, torch's among
+    them, take seconds that reading results does not need)."""
     with cyclic_gc_paused():
         return _load_report(root, registry)
 
@@ -168,7 +167,9 @@ def _load_report(root: Path, registry: Any) -> Report:
 
     def entry(method: str, line: dict[str, Any]) -> Entry:
         kind = line.get("task", "classification")
-        task = tasks.setdefault(kind, registry.get("tasks", kind))
+        if kind not in tasks:
+            tasks[kind] = task_kind(kind, registry)
+        task = tasks[kind]
         s = (kind, line["train_dataset"], line["dataset"], task.setting(line))
         return entries.setdefault((method, s), Entry(method, s, task))
 
@@ -212,6 +213,20 @@ def _load_report(root: Path, registry: Any) -> Report:
                 if s[1] in suite.get("references", {}):
                     references[s] = suite["references"][s[1]]
     return Report(entries, settings, methods, error_settings, references, tasks)
+
+
+def task_kind(name: str, registry: Any = None) -> Task:
+    """The task kind ``name`` from ``registry``; by default a built-in kind without loading the
+    plugins (no plugin can take a built-in kind's name), else from the process's registry."""
+    if registry is None:
+        from zoo.tasks import BUILTIN
+
+        if name in BUILTIN:
+            return BUILTIN[name]()
+        from zoo.plugins import registry as process_registry
+
+        registry = process_registry()
+    return registry.get("tasks", name)
 
 
 def inner_curves(entry: Entry) -> np.ndarray | None:

@@ -7,25 +7,26 @@ runner for a cell and by the report for seeds pooled), which validation number s
 (higher is better), and how a summary is shown in the report. The runner holds no ``if kind ==``:
 it calls these. Kinds register through the ``zoo_register_tasks`` hook, so a plugin can add one.
 
-:class:`TaskMethod` is the small base of methods of the kinds other than classification (which
-keeps :class:`zoo.Method`): a name, the task it solves, hyper-parameters with defaults.
+A kind's module imports no torch (the runner's calls import it when they run), so that reading
+results (``zoo report``) does not: it names its method and data classes as ``"module:Name"``. The
+bases of the methods of the kinds other than classification are in :mod:`zoo.tasks.methods`.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-from torch import nn
 
 from zoo.errors import EpisodeError, ZooError
-from zoo.hparams import Configurable, HParam
-from zoo.method import manual_seed
+
+if TYPE_CHECKING:
+    from torch import nn
 
 Shape = Mapping[str, Any]
 GetEpisode = Callable[[int], Any]
@@ -44,37 +45,16 @@ def pooled(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
     return np.fromiter(chain.from_iterable(map(itemgetter(key), records)), dtype=np.float64)
 
 
+def named_class(ref: type | str) -> type:
+    """``ref`` itself, or the class a ``"module:Name"`` names (imported now)."""
+    if isinstance(ref, type):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 class PredictionError(ZooError):
     """A method returned a prediction the task cannot score (wrong shape, non-finite, ...)."""
-
-
-class TaskMethod(Configurable, nn.Module):
-    """Base of a method of a non-classification task kind.
-
-    Class attributes: ``name`` (registered name), ``task`` (the kind it solves),
-    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these).
-    """
-
-    task: ClassVar[str]
-    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
-        "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the method's parameters"),
-    }
-    uses_kernel: ClassVar[bool] = False
-    default_kernel: ClassVar[str | None] = None
-    default_backbone: ClassVar[str | None] = None
-
-    def __init__(self, **hparams: Any):
-        super().__init__()
-        from zoo.method import resolve_hparams
-
-        self.hparams = resolve_hparams(type(self), hparams)
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        return [{"params": [p for p in self.parameters() if p.requires_grad],
-                 "lr": self.hparams["lr"]}]
-
-    def counters(self) -> dict[str, int]:
-        return {}
 
 
 class Task(ABC):
@@ -82,9 +62,11 @@ class Task(ABC):
 
     Attributes:
         name: the registered name (``suite.task``, ``Method.task``).
-        method_base: the class a method of this kind derives from (named in errors).
-        data_base, data_what, data_example: the class of this kind's data sets, what it is in
-            words and a registered example, for the error when a suite names other data.
+        method_base: the class a method of this kind derives from (named in errors), or its
+            ``"module:Name"`` (imported when a method is checked).
+        data_base, data_what, data_example: the class of this kind's data sets (or its
+            ``"module:Name"``), what it is in words and a registered example, for the error when
+            a suite names other data.
         settings: the suite settings this kind adds, with their defaults (``--set`` works on them).
         train_keys: the shape keys that identify a cell's training (others only its scoring).
         column_keys: the shape keys of a report column (seeds pooled).
@@ -100,8 +82,8 @@ class Task(ABC):
     """
 
     name: ClassVar[str]
-    method_base: ClassVar[type]
-    data_base: ClassVar[type] = object
+    method_base: ClassVar[type | str]
+    data_base: ClassVar[type | str] = object
     data_what: ClassVar[str] = "data of this kind"
     data_example: ClassVar[str] = ""
     settings: ClassVar[dict[str, Any]] = {}
@@ -160,7 +142,7 @@ class Task(ABC):
 
     def check_data(self, dataset: Any, name: str) -> None:
         """Raise a clear error if ``dataset`` is not data of this kind."""
-        if not isinstance(dataset, self.data_base):
+        if not isinstance(dataset, named_class(self.data_base)):
             raise EpisodeError(f"data set {name!r} is not {self.data_what}; a {self.name} suite "
                                f"needs one such as {self.data_example} (zoo datasets)")
 
@@ -170,14 +152,18 @@ class Task(ABC):
 
     def check_method(self, cls: type) -> None:
         """Raise if ``cls`` does not implement this kind's interface."""
-        if not (isinstance(cls, type) and issubclass(cls, self.method_base)):
+        base = named_class(self.method_base)
+        if not (isinstance(cls, type) and issubclass(cls, base)):
             raise ZooError(f"method {getattr(cls, 'name', cls)!r} declares task {self.name!r} but "
-                           f"is not a {self.method_base.__module__}.{self.method_base.__name__}; "
-                           "derive from that class")
+                           f"is not a {base.__module__}.{base.__name__}; derive from that class")
 
     def build(self, cls: type, cell: Any, dataset: Any, registry: Any) -> nn.Module:
         """An untrained method of class ``cls`` for ``cell`` on ``dataset``, its parameters drawn
         from the cell's seed (the global RNG stream is left as it was)."""
+        import torch
+
+        from zoo.method import manual_seed
+
         with torch.random.fork_rng(devices=[]):
             manual_seed(cell.seed)
             return cls(**self.data_shape(dataset), **cell.hparams)

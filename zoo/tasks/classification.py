@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
-from zoo.data.base import FewShotDataset
-from zoo.episode import Episode, EpisodeSampler
 from zoo.errors import EpisodeError
-from zoo.method import Method, Prediction, build_method
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, numbers, pooled
+
+if TYPE_CHECKING:
+    import torch
+
+    from zoo.data.base import FewShotDataset
+    from zoo.episode import Episode
+    from zoo.method import Method, Prediction
 
 SUM_TOLERANCE = 1e-4
 """How far a row of probabilities may sum from 1 (float32 softmax rows are within ~1e-6)."""
@@ -36,8 +39,8 @@ class Classification(Task):
     """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
 
     name = "classification"
-    method_base = Method
-    data_base = FewShotDataset
+    method_base = "zoo.method:Method"
+    data_base = "zoo.data.base:FewShotDataset"
     data_what = "a few-shot classification data set"
     data_example = "glyphs"
     settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
@@ -95,6 +98,7 @@ class Classification(Task):
                 f"({train_data.name}); choose a test data set of the same image shape")
 
     def build(self, cls: type, cell: Any, dataset: FewShotDataset, registry: Any) -> Method:
+        from zoo.method import build_method
         from zoo.spec import parse_spec
 
         kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
@@ -111,6 +115,8 @@ class Classification(Task):
         """Training episodes use ``train_way``, ``train_shot`` and ``train_query``; validation
         episodes are ``train_way``-way ``train_shot``-shot with the test ``query``; test episodes
         the test way, shot and query."""
+        from zoo.episode import EpisodeSampler
+
         trained = split in ("train", "val")
         way = train_way(shape) if trained else shape["way"]
         shot = shape["train_shot"] if trained else shape["shot"]
@@ -144,6 +150,8 @@ class Classification(Task):
             raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
                                   "predict must return zoo.Prediction(probs) with one row of class "
                                   "probabilities per query (e.g. torch.softmax(logits, -1))")
+
+        from zoo.method import Prediction
 
         if not isinstance(prediction, Prediction):
             fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")
@@ -205,6 +213,8 @@ class Classification(Task):
                  method_name: str) -> tuple[float, dict[str, Any]]:
         """Mean accuracy over the validation queries, and their log-probabilities and labels
         (what the temperature is fitted on)."""
+        import torch
+
         probs, labels = [], []
         for start in range(0, count, self.score_batch):  # a group's episodes held at a time
             episodes = [get(i) for i in range(start, min(count, start + self.score_batch))]
@@ -264,6 +274,10 @@ def _stack(predictions: Sequence[Any], episodes: Sequence[Episode]
     """The probabilities ``[E, Q, way]`` (float64, on the CPU) and labels ``[E, Q]`` of
     predictions of the right type and shape for episodes that share ``Q`` and ``way``; ``None``
     otherwise (each is then taken alone)."""
+    import torch
+
+    from zoo.method import Prediction
+
     if not episodes or not all(isinstance(p, Prediction) for p in predictions):
         return None
     shape = (episodes[0].query_y.shape[0], episodes[0].way)

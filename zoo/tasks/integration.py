@@ -15,19 +15,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from zoo.data.integrands import IntegrandFamily
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from zoo.data.integrands import IntegrandFamily
+    from zoo.tasks.methods import IntegrationMethod
 
 
 @dataclass(frozen=True)
@@ -66,48 +68,6 @@ class Estimate:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-class IntegrationMethod(TaskMethod):
-    """Base of an integration method, built as ``cls(dim=..., **hparams)``. A method whose fit
-    batches over tasks sets ``batched`` and implements :meth:`estimate_batch`; the runner then
-    estimates a cell's test problems together before asking for them one by one."""
-
-    task = "integration"
-    batched: ClassVar[bool] = False
-
-    def __init__(self, *, dim: int, **hparams: Any):
-        super().__init__(**hparams)
-        self.dim = dim
-        self._prepared: dict[bytes, Estimate] = {}
-
-    @abstractmethod
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
-        """The estimate of ``E_pi[f]`` from the problem's samples."""
-
-    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
-        """The estimates of several problems (one family, one budget), equal to :meth:`estimate`
-        on each; a ``batched`` method fits them at once here."""
-        return [self.estimate(p) for p in problems]
-
-    def prepare(self, problems: Sequence[IntegrationProblem]) -> None:
-        """Estimate ``problems`` together (``batched`` methods) and keep the estimates until
-        :meth:`prepared` hands each out once; replaces what an earlier call kept."""
-        self._prepared = {}
-        if self.batched and problems:
-            self._prepared = dict(zip(map(_key, problems), self.estimate_batch(problems)))
-
-    def prepared(self, problem: IntegrationProblem) -> Estimate | None:
-        """The estimate :meth:`prepare` made of ``problem`` (the same samples), or ``None``."""
-        return self._prepared.pop(_key(problem), None)
-
-    def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
-        raise ZooError(f"method {self.name!r} is not meta-trained; set train_episodes = 0")
-
-
-def _key(problem: IntegrationProblem) -> bytes:
-    """A problem's identity: the bytes of its samples and integrand values."""
-    return b"".join(t.detach().cpu().numpy().tobytes() for t in (problem.x, problem.fx))
-
-
 def task_seed(seed: int, family: str, split: str, samples: int, index: int) -> int:
     key = json.dumps(["integration", int(seed), family, split, int(samples), int(index)])
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
@@ -115,6 +75,8 @@ def task_seed(seed: int, family: str, split: str, samples: int, index: int) -> i
 
 def sample_task(family: IntegrandFamily, split: str, seed: int, samples: int,
                 index: int) -> IntegrationEpisode:
+    import torch
+
     s = task_seed(seed, family.name, split, samples, index)
     d = family.draw(torch.Generator().manual_seed(s), samples)
     device = family.device
@@ -131,8 +93,8 @@ class Integration(Task):
     """Integration with known truth: absolute error, variance reduction against Monte Carlo."""
 
     name = "integration"
-    method_base = IntegrationMethod
-    data_base = IntegrandFamily
+    method_base = "zoo.tasks.methods:IntegrationMethod"
+    data_base = "zoo.data.integrands:IntegrandFamily"
     data_what = "an integrand family"
     data_example = "gaussian-cosine"
     settings: ClassVar[dict[str, Any]] = {"sample_sizes": [10, 100, 1000], "train_samples": 100,

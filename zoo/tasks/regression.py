@@ -33,20 +33,22 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from zoo.data.functions import FunctionFamily
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
-from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from zoo.data.functions import FunctionFamily
+    from zoo.tasks.methods import RegressionMethod
 
 
 @dataclass(frozen=True)
@@ -86,38 +88,6 @@ class RegressionPrediction:
         return cls(mean[None], var[None])
 
 
-class RegressionMethod(TaskMethod):
-    """Base of a regression method, built as ``cls(x_dim=..., y_dim=..., **hparams)``."""
-
-    task = "regression"
-
-    def __init__(self, *, x_dim: int, y_dim: int, **hparams: Any):
-        super().__init__(**hparams)
-        self.x_dim, self.y_dim = x_dim, y_dim
-
-    @abstractmethod
-    def meta_loss(self, episode: RegressionEpisode) -> Tensor:
-        """A scalar loss for one meta-training step on ``episode``."""
-
-    @abstractmethod
-    def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
-        """The predictive distribution of ``episode.target_y`` given the context only."""
-
-    def prepare(self, episodes: Sequence[RegressionEpisode]) -> None:
-        """Called with the test episodes of a cell before they are predicted one by one: a
-        method whose inference is iterative may fit them together here (GMM-NP's batched
-        test-time fits); :meth:`predict` and :meth:`bounds` must give the same with or without
-        it. The default does nothing."""
-
-    def bounds(self, episode: RegressionEpisode, samples: int
-                        ) -> tuple[float, float] | None:
-        """``(ELBO, importance-weighted bound)`` of the method's ``log p(target_y | target_x,
-        context)`` from ``samples`` draws of its posterior given all targets, both computed on the
-        same draws (so ``ELBO <= IW`` exactly), drawn from the episode's seed; ``None``: the method
-        has no such bound (the default)."""
-        return None
-
-
 def task_seed(seed: int, family: str, split: str, targets: int, index: int) -> int:
     """A 63-bit seed that depends on every coordinate of the task and on nothing else."""
     key = json.dumps(["regression", int(seed), family, split, int(targets), int(index)])
@@ -129,6 +99,8 @@ def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, ind
                 bound_samples: int = 0) -> RegressionEpisode:
     """The ``index``-th task; ``context=None`` draws its size from ``0..max_context``;
     ``bound_samples``: draws the method's evidence bounds use (0: none)."""
+    import torch
+
     s = task_seed(seed, family.name, split, targets, index)
     g = torch.Generator().manual_seed(s)
     x, y, params = family.draw(g, targets, split)
@@ -146,6 +118,8 @@ def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: i
                        pool: int, max_context: int) -> RegressionEpisode:
     """Episode ``index`` of a fixed pool of ``pool`` functions: function ``index mod pool`` (the
     same points at every visit) in an order and with a context size drawn for this episode."""
+    import torch
+
     task = sample_task(family, split, seed, targets, index % pool, 0)
     s = task_seed(seed, family.name, f"{split}-visit", targets, index)
     g = torch.Generator().manual_seed(s)
@@ -162,8 +136,8 @@ class Regression(Task):
     """Meta-regression: context/target sets of functions from a family; LMLHD, MSE, CRPS."""
 
     name = "regression"
-    method_base = RegressionMethod
-    data_base = FunctionFamily
+    method_base = "zoo.tasks.methods:RegressionMethod"
+    data_base = "zoo.data.functions:FunctionFamily"
     data_what = "a function family"
     data_example = "sinusoid or gp-rbf"
     settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
@@ -242,6 +216,8 @@ class Regression(Task):
         return prediction
 
     def check(self, prediction: Any, episode: RegressionEpisode, method: str) -> None:
+        import torch
+
         def fail(problem: str) -> None:
             raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
                                   "predict must return RegressionPrediction(mean, var) with mean "
@@ -264,6 +240,8 @@ class Regression(Task):
 
     def score(self, prediction: RegressionPrediction, episode: RegressionEpisode,
               temperature: float = 1.0) -> dict[str, Any]:
+        from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
+
         y, mean, var = episode.target_y, prediction.mean.detach(), prediction.var.detach()
         record = {"seed": episode.info.get("seed"), "run_seed": episode.info.get("run_seed"),
                   "context": episode.info.get("context"), "samples": int(mean.shape[0]),

@@ -15,19 +15,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from zoo.data.streams import StreamData
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskMethod
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from zoo.data.streams import StreamData
+    from zoo.tasks.methods import StreamMethod
 
 SUM_TOLERANCE = 1e-4
 
@@ -60,34 +62,6 @@ class StreamPrediction:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-class StreamMethod(TaskMethod):
-    """Base of a sequential method, built as ``cls(dim=..., classes=..., **hparams)``; a state is
-    whatever the method likes (tensors, a tuple), passed back to it."""
-
-    task = "sequential"
-
-    def __init__(self, *, dim: int, classes: int, **hparams: Any):
-        super().__init__(**hparams)
-        self.dim, self.classes = dim, classes
-
-    @abstractmethod
-    def init(self) -> Any:
-        """The state before any example (the prior)."""
-
-    def begin(self, stream: Stream) -> Any:
-        """The state at the start of ``stream``: :meth:`init`, unless the method draws random
-        numbers, which it then seeds from the stream (:func:`zoo.method.draw_seed`)."""
-        return self.init()
-
-    @abstractmethod
-    def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
-        """The state after seeing one example ``x [dim]`` with label ``y`` (a 0-d tensor)."""
-
-    @abstractmethod
-    def predict(self, state: Any, x: Tensor) -> Tensor:
-        """Class probabilities ``[n, classes]`` for ``x [n, dim]``."""
-
-
 def stream_seed(seed: int, dataset: str, split: str, length: int, index: int) -> int:
     key = json.dumps(["sequential", int(seed), dataset, split, int(length), int(index)])
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
@@ -97,8 +71,8 @@ class Sequential(Task):
     """Online classification on a stream seen once: NLPD, error and ECE along the stream."""
 
     name = "sequential"
-    method_base = StreamMethod
-    data_base = StreamData
+    method_base = "zoo.tasks.methods:StreamMethod"
+    data_base = "zoo.data.streams:StreamData"
     data_what = "a stream data set"
     data_example = "digits-stream"
     settings: ClassVar[dict[str, Any]] = {"stream_length": 1000,
@@ -144,6 +118,8 @@ class Sequential(Task):
 
     def episodes(self, dataset: StreamData, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
+        import torch
+
         length = shape["stream_length"]
         pool, held_out = dataset.indices(split)
         if length > len(pool):
@@ -180,6 +156,8 @@ class Sequential(Task):
         raise ZooError("sequential methods are not meta-trained; set train_episodes = 0")
 
     def check(self, prediction: Any, stream: Stream, method: str) -> None:
+        import torch
+
         def fail(problem: str) -> None:
             raise PredictionError(f"method {method!r} in stream {stream.id}: {problem}; predict "
                                   "must return class probabilities [examples, classes], rows "

@@ -51,7 +51,8 @@ from torch import Tensor, nn
 
 from zoo.hparams import HParam
 from zoo.method import draw_seed, manual_seed
-from zoo.tasks.regression import RegressionEpisode, RegressionMethod, RegressionPrediction
+from zoo.tasks.methods import RegressionMethod
+from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo_gmm_np import trng
 from zoo_gmm_np.gmm import GMM
 

@@ -1,0 +1,151 @@
+"""The base classes of the methods of the task kinds other than classification (whose methods
+derive from :class:`zoo.Method`): :class:`TaskMethod`, and per kind :class:`RegressionMethod`,
+:class:`StreamMethod` and :class:`IntegrationMethod`.
+
+They live apart from their kinds' modules (:mod:`zoo.tasks.regression`, ...), which say what an
+episode is and how a prediction is scored and summarised, so that reading results (``zoo
+report``) needs no torch.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+
+from zoo.errors import ZooError
+from zoo.hparams import Configurable, HParam, resolve_hparams
+from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationProblem
+from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
+from zoo.tasks.sequential import Stream
+
+
+class TaskMethod(Configurable, nn.Module):
+    """Base of a method of a non-classification task kind.
+
+    Class attributes: ``name`` (registered name), ``task`` (the kind it solves),
+    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these).
+    """
+
+    task: ClassVar[str]
+    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
+        "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the method's parameters"),
+    }
+    uses_kernel: ClassVar[bool] = False
+    default_kernel: ClassVar[str | None] = None
+    default_backbone: ClassVar[str | None] = None
+
+    def __init__(self, **hparams: Any):
+        super().__init__()
+        self.hparams = resolve_hparams(type(self), hparams)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [{"params": [p for p in self.parameters() if p.requires_grad],
+                 "lr": self.hparams["lr"]}]
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+
+class RegressionMethod(TaskMethod):
+    """Base of a regression method, built as ``cls(x_dim=..., y_dim=..., **hparams)``."""
+
+    task = "regression"
+
+    def __init__(self, *, x_dim: int, y_dim: int, **hparams: Any):
+        super().__init__(**hparams)
+        self.x_dim, self.y_dim = x_dim, y_dim
+
+    @abstractmethod
+    def meta_loss(self, episode: RegressionEpisode) -> Tensor:
+        """A scalar loss for one meta-training step on ``episode``."""
+
+    @abstractmethod
+    def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
+        """The predictive distribution of ``episode.target_y`` given the context only."""
+
+    def prepare(self, episodes: Sequence[RegressionEpisode]) -> None:
+        """Called with the test episodes of a cell before they are predicted one by one: a
+        method whose inference is iterative may fit them together here (GMM-NP's batched
+        test-time fits); :meth:`predict` and :meth:`bounds` must give the same with or without
+        it. The default does nothing."""
+
+    def bounds(self, episode: RegressionEpisode, samples: int
+                        ) -> tuple[float, float] | None:
+        """``(ELBO, importance-weighted bound)`` of the method's ``log p(target_y | target_x,
+        context)`` from ``samples`` draws of its posterior given all targets, both computed on the
+        same draws (so ``ELBO <= IW`` exactly), drawn from the episode's seed; ``None``: the method
+        has no such bound (the default)."""
+        return None
+
+
+class StreamMethod(TaskMethod):
+    """Base of a sequential method, built as ``cls(dim=..., classes=..., **hparams)``; a state is
+    whatever the method likes (tensors, a tuple), passed back to it."""
+
+    task = "sequential"
+
+    def __init__(self, *, dim: int, classes: int, **hparams: Any):
+        super().__init__(**hparams)
+        self.dim, self.classes = dim, classes
+
+    @abstractmethod
+    def init(self) -> Any:
+        """The state before any example (the prior)."""
+
+    def begin(self, stream: Stream) -> Any:
+        """The state at the start of ``stream``: :meth:`init`, unless the method draws random
+        numbers, which it then seeds from the stream (:func:`zoo.method.draw_seed`)."""
+        return self.init()
+
+    @abstractmethod
+    def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
+        """The state after seeing one example ``x [dim]`` with label ``y`` (a 0-d tensor)."""
+
+    @abstractmethod
+    def predict(self, state: Any, x: Tensor) -> Tensor:
+        """Class probabilities ``[n, classes]`` for ``x [n, dim]``."""
+
+
+class IntegrationMethod(TaskMethod):
+    """Base of an integration method, built as ``cls(dim=..., **hparams)``. A method whose fit
+    batches over tasks sets ``batched`` and implements :meth:`estimate_batch`; the runner then
+    estimates a cell's test problems together before asking for them one by one."""
+
+    task = "integration"
+    batched: ClassVar[bool] = False
+
+    def __init__(self, *, dim: int, **hparams: Any):
+        super().__init__(**hparams)
+        self.dim = dim
+        self._prepared: dict[bytes, Estimate] = {}
+
+    @abstractmethod
+    def estimate(self, problem: IntegrationProblem) -> Estimate:
+        """The estimate of ``E_pi[f]`` from the problem's samples."""
+
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+        """The estimates of several problems (one family, one budget), equal to :meth:`estimate`
+        on each; a ``batched`` method fits them at once here."""
+        return [self.estimate(p) for p in problems]
+
+    def prepare(self, problems: Sequence[IntegrationProblem]) -> None:
+        """Estimate ``problems`` together (``batched`` methods) and keep the estimates until
+        :meth:`prepared` hands each out once; replaces what an earlier call kept."""
+        self._prepared = {}
+        if self.batched and problems:
+            self._prepared = dict(zip(map(problem_key, problems), self.estimate_batch(problems)))
+
+    def prepared(self, problem: IntegrationProblem) -> Estimate | None:
+        """The estimate :meth:`prepare` made of ``problem`` (the same samples), or ``None``."""
+        return self._prepared.pop(problem_key(problem), None)
+
+    def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
+        raise ZooError(f"method {self.name!r} is not meta-trained; set train_episodes = 0")
+
+
+def problem_key(problem: IntegrationProblem) -> bytes:
+    """A problem's identity: the bytes of its samples and integrand values."""
+    return b"".join(t.detach().cpu().numpy().tobytes() for t in (problem.x, problem.fx))
