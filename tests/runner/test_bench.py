@@ -216,20 +216,20 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
 
 def test_evaluate_on_the_validation_split_never_draws_a_test_episode(tmp_path, capsys,
                                                                        monkeypatch):
-    import zoo.tasks.classification as classification
+    import zoo.episode
 
     run = tmp_path / "run"
     assert main(["train", "protonet", "--dataset", "glyphs", "--way", "3", "--shot", "1",
                  "--episodes", "2", "--query", "2", "--val-episodes", "1", "--val-every", "2",
                  "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
     splits = []
-    sampler = classification.EpisodeSampler
+    sampler = zoo.episode.EpisodeSampler
 
     def recording(dataset, split, *args, **kwargs):
         splits.append(split)
         return sampler(dataset, split, *args, **kwargs)
 
-    monkeypatch.setattr(classification, "EpisodeSampler", recording)
+    monkeypatch.setattr(zoo.episode, "EpisodeSampler", recording)  # as the kind imports it
     capsys.readouterr()
     assert main(["evaluate", str(run), "--dataset", "glyphs", "--split", "val", "--seed", "7",
                  "--episodes", "2", "--device", "cpu", "--json", "--no-progress"]) == 0
