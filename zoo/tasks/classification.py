@@ -146,12 +146,12 @@ class Classification(Task):
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
         """Shape ``[Q, way]``, finite, non-negative, rows summing to 1 within ``SUM_TOLERANCE``."""
+        from zoo.method import Prediction
+
         def fail(problem: str) -> None:
             raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
                                   "predict must return zoo.Prediction(probs) with one row of class "
                                   "probabilities per query (e.g. torch.softmax(logits, -1))")
-
-        from zoo.method import Prediction
 
         if not isinstance(prediction, Prediction):
             fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")

@@ -2,10 +2,10 @@
 :mod:`zoo.data.integrands`, each task with its integral known in closed form).
 
 A task is a pure function of (seed, family, split, sample budget, index). A method derives from
-:class:`IntegrationMethod` and returns an :class:`Estimate` (value and its standard error) from an
-:class:`IntegrationProblem` (samples, ``f`` at them, the score ``grad log pi``); it never sees the
-truth. Records hold the error and, for the same samples, the plain Monte Carlo error, so the
-variance-reduction factor against Monte Carlo at the same budget is
+:class:`~zoo.tasks.methods.IntegrationMethod` and returns an :class:`Estimate` (value and its
+standard error) from an :class:`IntegrationProblem` (samples, ``f`` at them, the score ``grad log
+pi``); it never sees the truth. Records hold the error and, for the same samples, the plain Monte
+Carlo error, so the variance-reduction factor against Monte Carlo at the same budget is
 ``sum_tasks err_MC^2 / sum_tasks err^2`` (1 for Monte Carlo itself). The ``mc`` baseline
 (:mod:`zoo.baselines.integration`) is what every control variate is compared with.
 """

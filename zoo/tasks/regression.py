@@ -13,7 +13,7 @@ episode ``i`` is function ``i mod L`` (``info["task"]``) with its points in a fr
 method may keep state per function (GMM-NP's per-subtask posteriors) and an amortised one sees new
 context sets at every visit.
 
-A method derives from :class:`RegressionMethod`: ``meta_loss(episode)`` and
+A method derives from :class:`~zoo.tasks.methods.RegressionMethod`: ``meta_loss(episode)`` and
 ``predict(episode) -> RegressionPrediction`` (``S`` latent samples of per-target Gaussian means and
 variances). Records hold LMLHD, NLL, MSE, CRPS and 50%/90% coverage
 (:mod:`zoo.tasks.regression_metrics`); a cell is one context size, summarised by the median over
@@ -22,7 +22,7 @@ over seeds of each seed's median with the 5%/95% percentiles over seeds (GMM-NP'
 The model is selected by the mean LMLHD of validation episodes.
 
 ELBO looseness (optional capability): with ``bound_samples = S > 0`` a method that implements
-:meth:`RegressionMethod.bounds` is also asked, on each test episode, for the ELBO and the
+:meth:`~zoo.tasks.methods.RegressionMethod.bounds` is also asked, on each test episode, for the ELBO and the
 importance-weighted bound of ``log p(target_y | target_x, context)`` from ``S`` samples of its
 variational posterior given all targets; records then hold ``elbo``, ``iw_bound`` and
 ``looseness = iw_bound - elbo`` (an estimate of the KL from that posterior to the true one).
