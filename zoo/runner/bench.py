@@ -3,8 +3,8 @@ rest on an executor, record each finished cell's line, and write the report."""
 
 from __future__ import annotations
 
-import importlib
 import logging
+import pkgutil
 import sys
 import time
 from collections import defaultdict
@@ -111,10 +111,9 @@ def check_requirements(suite: Suite, device: str, data_dir: str | None,
 def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Path:
     """A suite that runs a plugin-provided experiment function instead of cells."""
     spec = suite.settings["entry"]
-    module_name, _, function_name = spec.partition(":")
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
+        function = pkgutil.resolve_name(spec)  # "module:function"
+    except (ImportError, AttributeError, ValueError) as exc:
         raise SuiteError(f"suite {suite.name!r}: entry {spec!r} cannot be loaded ({exc}); is the "
                          "plugin that provides it installed?") from exc
     results = Results.open(out)

@@ -14,7 +14,7 @@ bases of the methods of the kinds other than classification are in :mod:`zoo.tas
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
@@ -47,10 +47,7 @@ def pooled(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
 
 def named_class(ref: type | str) -> type:
     """``ref`` itself, or the class a ``"module:Name"`` names (imported now)."""
-    if isinstance(ref, type):
-        return ref
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return ref if isinstance(ref, type) else pkgutil.resolve_name(ref)
 
 
 class PredictionError(ZooError):
