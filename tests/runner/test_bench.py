@@ -257,6 +257,15 @@ def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
         run_suite(suite, out=out, device="cpu", sets=["stepz=5"], progress=False)
 
 
+@pytest.mark.parametrize("entry", ["no_such_module:run", "json:no_such_function"])
+def test_an_entry_that_cannot_be_loaded_is_named(tmp_path, entry):
+    from zoo.runner.suite import SuiteError, suite_from_dict
+
+    suite = suite_from_dict("exp", {"suite": {"entry": entry}})
+    with pytest.raises(SuiteError, match=f"entry '{entry}' cannot be loaded.*plugin"):
+        run_suite(suite, out=tmp_path / "r", device="cpu", progress=False)
+
+
 def test_table_cell_gives_raw_and_calibrated_ece():
     from zoo.tasks.classification import Classification
 
