@@ -60,10 +60,13 @@ def test_max_skipped_fraction_is_a_fraction():
 
 
 def test_finite_gradients_finds_any_nan_or_infinity_in_any_parameter():
-    """One reduction over every gradient: a NaN, +inf, -inf (alone or cancelling with +inf) in
-    any parameter is found; float32 values near the float32 limit are not an overflow; missing
-    gradients and mixed precisions are fine."""
-    from zoo.runner.train import finite_gradients
+    """One fused check over every gradient: a NaN, +inf, -inf (alone or beside +inf) in any
+    parameter is found; values near the float32 limit, subnormals and -0 are finite and left as
+    they were (bit for bit); missing gradients, mixed precisions, and the gradients the fused
+    check does not take (sparse, complex), tested one by one, give the same answers."""
+    from zoo.runner.train import FiniteGradients
+
+    finite_gradients = FiniteGradients("cpu")
 
     def params(*grads):
         out = []
@@ -73,16 +76,27 @@ def test_finite_gradients_finds_any_nan_or_infinity_in_any_parameter():
             out.append(p)
         return out
 
-    big = torch.full((1000,), 3e38, dtype=torch.float32)  # sums to 3e41 in float64
-    assert finite_gradients(params(big, torch.ones(3, dtype=torch.float64), None))
+    big = torch.full((1000,), 3e38, dtype=torch.float32)
+    odd = torch.tensor([1e-40, -0.0, -3.4e38, 1.0], dtype=torch.float32)  # subnormal, -0
+    kept = [g.clone() for g in (big, odd)]
+    assert finite_gradients(params(big, torch.ones(3, dtype=torch.float64), odd, None))
+    assert all(torch.equal(g, k) and torch.equal(g.signbit(), k.signbit())
+               for g, k in zip((big, odd), kept, strict=True))
     assert finite_gradients(params(None)) and finite_gradients([])
     for bad in (float("nan"), float("inf"), -float("inf")):
         g = torch.ones(4, 3)
         g[2, 1] = bad
         assert not finite_gradients(params(torch.ones(5), g))
-    assert not finite_gradients(params(torch.tensor([float("inf"), -float("inf")])))
-    # one parameter (its own path): the same answers
-    assert finite_gradients(params(big)) and finite_gradients(params(torch.zeros(())))
-    for bad in (float("nan"), float("inf"), -float("inf")):
         assert not finite_gradients(params(torch.tensor(bad)))
         assert not finite_gradients(params(None, torch.tensor([1.0, bad]), None))
+        assert not finite_gradients(params(torch.ones(2, dtype=torch.float16),
+                                           torch.tensor([bad], dtype=torch.bfloat16)))
+        # after a bad step the flag is reset: a finite step is finite again
+        assert finite_gradients(params(torch.ones(3)))
+        sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, bad], (4,), check_invariants=True)
+        assert not finite_gradients(params(torch.ones(2), sparse))
+        assert not finite_gradients(params(torch.tensor([complex(1.0, bad)])))
+    assert not finite_gradients(params(torch.tensor([float("inf"), -float("inf")])))
+    assert finite_gradients(params(torch.zeros(())))
+    assert finite_gradients(params(torch.sparse_coo_tensor([[1]], [2.0], (3,), check_invariants=True),
+                                   torch.tensor([complex(1.0, -2.0)])))

@@ -207,6 +207,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
                leave=False, disable=not progress, unit="ep")
     params = [p for g in optimizer.param_groups for p in g["params"]]
+    finite_gradients = FiniteGradients(device)
 
     def zero_grad() -> None:
         """``optimizer.zero_grad(set_to_none=True)`` without the wrapper torch puts around it
@@ -293,13 +294,30 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     return _finish(cell, folder, method, state, validating, device, markers, best or None)
 
 
-def finite_gradients(params: Sequence[torch.Tensor]) -> bool:
-    """Whether every gradient of ``params`` is finite, in one reduction and one synchronisation
-    with the device: the float64 sum of the per-parameter sums is finite exactly when no entry is
-    NaN or infinite (both propagate; float32 entries cannot overflow a float64 sum). A check per
-    parameter costs ~20 us each on the CPU and a host synchronisation each on a GPU."""
-    sums = [p.grad.sum(dtype=torch.float64) for p in params if p.grad is not None]
-    return not sums or math.isfinite(float(torch.stack(sums).sum()))
+class FiniteGradients:
+    """Whether every gradient of ``params`` is finite: torch's fused check (the one
+    ``torch.amp.GradScaler`` runs before a step; it multiplies each gradient by 1, which leaves
+    every number as it is) over all gradients in one call, and one read of its flag: one
+    synchronisation with the device a step. The flag is allocated once per training, not per
+    step (a small model's step is a few hundred microseconds; card ``cluster.md``, session 12).
+    Gradients the fused check does not take (sparse, complex, on several devices) are tested one
+    by one."""
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.found = torch.zeros(1, device=device)
+        self.one = torch.ones(1, device=device)
+
+    def __call__(self, params: Sequence[torch.Tensor]) -> bool:
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return True
+        self.found.zero_()
+        try:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found, self.one)
+        except (RuntimeError, NotImplementedError):
+            return all(bool(torch.isfinite(g.coalesce().values() if g.is_sparse else g).all())
+                       for g in grads)
+        return not self.found.item()
 
 
 def check_skipped(cell: Cell, state: TrainState) -> None:
