@@ -224,11 +224,13 @@ def test_pair_space_feature_route_equals_the_dense_route(monkeypatch, scale, chu
     through Woodbury on ``Psi`` (one factor per class, here equal copies), against the dense
     ``M x M`` algebra and the closed-form gradient, to 1e-8 in float64 on a singular kernel
     (rank 2 < 7 points, a duplicated point, a tiny scale); ``chunk``: the weight route one
-    chain at a time, checkpointed."""
+    chain at a time, checkpointed. The weights invert ``A`` by Cholesky (``weights``) and through
+    its arrow structure (``arrow``: Woodbury on the block-diagonal part, here forced)."""
     if chunk:
         monkeypatch.setattr(zoo_ove.weights, "CHAIN_ELEMENTS", chunk)
     results = {}
-    for route in ("dense", "pairs", "weights"):
+    for route in ("dense", "pairs", "weights", "arrow"):
+        monkeypatch.setattr(zoo_ove.weights, "arrow_pays", lambda *_, r=route: r == "arrow")
         phi, y, C, n = _factors(scale, shared=True)
         pairs = Pairs(y, C)
         g = torch.Generator().manual_seed(6)
@@ -244,14 +246,14 @@ def test_pair_space_feature_route_equals_the_dense_route(monkeypatch, scale, chu
         Ksq = dense(Ksq) if route == "dense" else Ksq
         kqq = phi[n:].pow(2).sum(-1).expand(C, -1)
         K_psi = method.pair_gram(Kss, pairs)
-        kind = {"dense": torch.Tensor, "pairs": FeatureGram, "weights": ClassWeights}[route]
+        kind = {"dense": torch.Tensor, "pairs": FeatureGram}.get(route, ClassWeights)
         assert isinstance(K_psi, kind)
         post = method.posterior(K_psi, w, torch.full_like(w, 0.5), line_episode())
         scores = method.class_log_scores(post, pairs, Ksq, kqq)
         ml = method.mean_log_marginal(Kss, pairs, w, line_episode())
         (grad,) = torch.autograd.grad(scores.sum() + ml, phi)
         results[route] = scores.detach(), ml.detach(), grad
-    for route in ("pairs", "weights"):
+    for route in ("pairs", "weights", "arrow"):
         for a, b in zip(results[route], results["dense"], strict=True):
             assert torch.allclose(a, b, atol=1e-8 * b.abs().max().clamp_min(1))
 
@@ -272,13 +274,48 @@ def test_weight_posterior_moments_equal_the_pair_space_posterior():
     method = OVE(IdentityBackbone(D), way=C, kernel=RBFKernel(D), algebra="features")
     prior = method.pair_gram(FeatureGram.of(phi).expand(C), pairs)
     post = method.posterior(prior, w, kappa, line_episode())
-    L, mu = post._factor(post.w)
+    inverse, mu, _ = post.moments(post.w)
     Psi = pairs.factor(phi, C)
-    cov = Psi @ torch.cholesky_inverse(L) @ Psi.T
+    cov = Psi @ inverse @ Psi.T
     assert torch.allclose(mu @ Psi.T, dense_post.mean, atol=1e-8)
     assert torch.allclose(cov, dense_post.cov, atol=1e-8)
     assert torch.allclose(post.mean_log_marginal(),
                           augmented_log_marginal(dense_post, 1.0, kappa).mean(), atol=1e-8)
+
+
+@pytest.mark.parametrize(("C", "n", "D", "scale"), [(5, 13, 3, 1.0), (4, 4, 16, 1.0),
+                                                    (6, 6, 10, 30.0), (3, 9, 2, 1e-4)])
+def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(C, n, D, scale):
+    """``A^-1``, ``mu`` and ``log|A|`` through the arrow structure (Woodbury on the block-diagonal
+    part with the indefinite capacitance) equal ``torch.linalg.inv`` / ``slogdet`` of the
+    assembled ``A`` and the Cholesky route to 1e-10 relative, in float64: points in random label
+    order, a duplicated point, pair weights from 1e-6 to 10, feature scales from 1e-4 to 30 (``A``
+    from nearly ``I`` to condition ~1e6); and the rule picks the arrow only with few points."""
+    from zoo.gram import packed_outer
+    from zoo.jitter import JitterPolicy
+    from zoo_ove.weights import WeightPosterior, arrow_pays
+
+    g = torch.Generator().manual_seed(C * 100 + n)
+    phi = torch.randn(n, D, generator=g, dtype=torch.float64) * scale
+    phi[1] = phi[0]
+    y = torch.randperm(n, generator=g) % C
+    w = 10 ** (torch.rand(3, n, C, generator=g, dtype=torch.float64) * 7 - 6)
+    w = w * (1 - torch.nn.functional.one_hot(y, C).double())  # no pair with the own label
+    prior = ClassWeights(phi, packed_outer(phi), y, C)
+    post = WeightPosterior(prior, w, JitterPolicy())
+    A = prior.precision(w)
+    assert torch.linalg.cond(A).max() > (1e5 if scale > 1 else 1)
+    inverse, logdet = post._arrow(w)
+    scale_of = torch.linalg.inv(A).abs().max()
+    assert torch.allclose(inverse, torch.linalg.inv(A), atol=1e-10 * scale_of, rtol=0)
+    assert torch.allclose(logdet, torch.linalg.slogdet(A).logabsdet, atol=1e-10, rtol=1e-12)
+    chol = torch.linalg.cholesky(A)
+    mu = torch.cholesky_solve(prior.natural_mean().expand(3, -1)[..., None], chol)[..., 0]
+    _, mu_post, logdet_post = post.moments(w)
+    assert torch.allclose(mu_post, mu, atol=1e-10 * mu.abs().max(), rtol=0)
+    assert torch.allclose(logdet_post, logdet, atol=1e-10, rtol=1e-12)
+    assert arrow_pays(1 * 50, 50, 64) and arrow_pays(5 * 20, 20, 64)
+    assert not arrow_pays(20 * 50, 50, 64) and not arrow_pays(13, 5, 3)
 
 
 def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():
@@ -468,9 +505,12 @@ def test_pair_space_route_by_the_predictive_cost():
     whitening 37,500 class functions against ``C D = 3,200`` weights), and not at the quick
     suite's sizes (5-way, 1 and 5 shots, 15 queries per class), whose numbers stay those of
     the dense pair space. A cosine kernel on 64 features then takes the feature route for the
-    support even with fewer points than features."""
+    support even with fewer points than features. Without queries (the ML objective) the weights
+    pay at 50-way 1-shot through the arrow structure of ``A`` (100 against 2,450), not at 20-way
+    1-shot (380 pairs)."""
     assert OVE.weights_pay(2450, 50, 64, 750 * 50)
-    assert not OVE.weights_pay(2450, 50, 64)  # no queries: the ML objective's count
+    assert OVE.weights_pay(2450, 50, 64)  # no queries: the ML objective's count
+    assert not OVE.weights_pay(380, 20, 64)
     assert not OVE.weights_pay(5 * 4, 5, 64, 75 * 5)
     assert not OVE.weights_pay(25 * 4, 5, 64, 75 * 5)
     from zoo.kernels import CosineKernel

@@ -15,9 +15,21 @@ y_n = a} w_nb phi_n phi_n^T``: one product of the pair weights with the packed o
 Then ``log p(y | w) = -M log 2 + (b . A^-1 b - log|A|) / 2`` and the class functions at a query,
 ``f(x) = (phi(x)^T u_c)_c``, have mean ``phi^T mu_c`` (``mu = A^-1 b``) and covariance
 ``phi^T (A^-1)_ab phi``, whose ``C x C`` blocks for all queries are one product of the packed
-blocks of ``A^-1`` with the queries' outer products. The ``C D x C D`` factorisation per chain is
-the irreducible cost; chains go :data:`CHAIN_ELEMENTS` at a time (checkpointed where a gradient
-flows), so memory stays that of a few chains at any way.
+blocks of ``A^-1`` with the queries' outer products. Chains go :data:`CHAIN_ELEMENTS` at a time
+(checkpointed where a gradient flows), so memory stays that of a few chains at any way.
+
+``A^-1``, ``mu`` and ``log|A|`` come from a Cholesky factorisation of ``A`` (``(C D)^3``) or, with
+few labelled points, through its arrow structure (:func:`arrow_pays`): each ``L_n`` is a diagonal
+plus two rank-one terms in the class of the point's label,
+
+    L_n = diag(d_n) - e_y w_n^T - w_n e_y^T,    d_n = w_n + (sum_c w_nc) e_y    (w_ny = 0),
+
+so ``A = B + U S U^T`` with ``B`` block diagonal (class ``c``: ``I + Phi^T diag(d_:c) Phi``,
+``D x D``), ``U = [e_y(n) (x) phi_n | w_n (x) phi_n]_n`` (``C D x 2 N``) and ``S = -[[0, I], [I,
+0]]`` (``S^-1 = S``, ``|det S| = 1``); Woodbury and the determinant lemma give ``A^-1 = B^-1 - Z
+K^-1 Z^T`` and ``log|A| = log|B| + log|det K|`` with ``Z = B^-1 U`` and the capacitance ``K = S +
+U^T Z`` (``2 N x 2 N``, symmetric, indefinite: an LU factorisation), for ``2 N (C D)^2 + (2
+N)^2 C D`` operations: 100 against 3,200 at 50-way 1-shot with 64 features.
 """
 
 from __future__ import annotations
@@ -33,6 +45,22 @@ from torch.utils.checkpoint import checkpoint
 
 from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
 from zoo.jitter import JitterPolicy
+
+def inverse_costs(points: int, way: int, rank: int) -> tuple[float, float]:
+    """Operations for ``A^-1`` of one chain (``C D = way * rank`` weights, ``N = points`` labelled
+    points): by Cholesky and inverse, ``(C D)^3``; through the arrow, ``2 N (C D)^2 + (2 N)^2 C
+    D`` (the correction ``Z K^-1 Z^T``; the blocks of ``B``, ``C (N D^2 + D^3)``, and ``K``'s
+    LU, ``(2 N)^3``, are lower order where it pays)."""
+    weights, k = way * rank, 2 * points
+    return float(weights**3), float(k * weights**2 + k * k * weights + k**3
+                                    + way * rank**2 * (points + rank))
+
+
+def arrow_pays(points: int, way: int, rank: int) -> bool:
+    """Whether :func:`inverse_costs` counts the arrow cheaper than the Cholesky route."""
+    cholesky, arrow = inverse_costs(points, way, rank)
+    return arrow < cholesky
+
 
 CHAIN_ELEMENTS = 2**23
 """Entries of the ``[chains, C D, C D]`` matrices formed at once (64 MB in float64): with 64
@@ -84,13 +112,51 @@ class WeightPosterior:
         self.prior, self.w, self.jitter, self.episode = prior, w, jitter, episode
         self.pairs = pairs if pairs is not None else prior.y.numel() * (prior.way - 1)
 
-    def _factor(self, w: Tensor) -> tuple[Tensor, Tensor]:
-        """Cholesky factor of ``A`` and ``mu = A^-1 b`` for a slice of the chains."""
-        L = self.jitter.cholesky_pd(self.prior.precision(w), "A = I + sum_n L_n (x) phi phi^T",
+    def moments(self, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``A^-1`` ``[r, C D, C D]``, ``mu = A^-1 b`` ``[r, C D]`` and ``log|A|`` ``[r]`` for a
+        slice of the chains' pair weights ``w`` ``[r, n, C]``: through the arrow where it pays
+        (:func:`arrow_pays`, module docstring), else by Cholesky."""
+        prior = self.prior
+        b = prior.natural_mean()
+        if arrow_pays(prior.y.numel(), prior.way, prior.phi.shape[-1]):
+            inverse, logdet = self._arrow(w)
+            return inverse, inverse @ b, logdet
+        L = self.jitter.cholesky_pd(prior.precision(w), "A = I + sum_n L_n (x) phi phi^T",
                                     self.episode)
-        b = self.prior.natural_mean()
         mu = torch.cholesky_solve(b.expand(L.shape[0], -1)[..., None], L)[..., 0]
-        return L, mu
+        logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+        return torch.cholesky_inverse(L), mu, logdet
+
+    def _arrow(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        """``A^-1`` and ``log|A|`` by Woodbury on ``A = B + U S U^T`` (module docstring)."""
+        prior = self.prior
+        phi, y, C = prior.phi, prior.y, prior.way
+        n, D = phi.shape
+        own = torch.nn.functional.one_hot(y, C).to(w.dtype)  # [n, C]
+        d = w + own * w.sum(-1, keepdim=True)  # [r, n, C]: the diagonals of the L_n
+        eye = torch.eye(D, dtype=w.dtype, device=w.device)
+        B = unpack_symmetric(d.transpose(-1, -2) @ prior.outer, D) + eye  # [r, C, D, D]
+        LB = self.jitter.cholesky_pd(B, "B = I + Phi^T diag(d_c) Phi", self.episode)
+        X = torch.cholesky_solve(phi.T.expand(*LB.shape[:-1], n), LB)  # B_c^-1 Phi^T [r, C, D, n]
+        G = phi @ X  # [r, C, n, m]: phi_n^T B_c^-1 phi_m
+        points = torch.arange(n, device=w.device)
+        Gy = G[:, y, points]  # [r, n, m]: the class of n's label
+        EE = Gy * (y[:, None] == y[None, :])
+        EW = Gy * w[:, :, y].transpose(-1, -2)  # w_m at n's label
+        WW = torch.einsum("rnc,rmc,rcnm->rnm", w, w, G)
+        I = torch.eye(n, dtype=w.dtype, device=w.device)
+        K = torch.cat([torch.cat([EE, EW - I], -1), torch.cat([EW.transpose(-1, -2) - I, WW], -1)],
+                      -2)  # S + U^T B^-1 U
+        Z = torch.cat([X * own.T[:, None, :], X * w.transpose(-1, -2)[:, :, None, :]], -1)
+        Z = Z.reshape(w.shape[0], C * D, 2 * n)  # B^-1 U
+        LU, pivots = torch.linalg.lu_factor(K)
+        block_inverse = torch.cholesky_inverse(LB)  # [r, C, D, D]
+        eye_c = torch.eye(C, dtype=w.dtype, device=w.device)
+        inverse = (block_inverse[:, :, :, None, :] * eye_c[:, None, :, None]).reshape(-1, C * D, C * D)
+        inverse = inverse - Z @ torch.linalg.lu_solve(LU, pivots, Z.transpose(-1, -2))
+        logdet = (2 * torch.log(torch.diagonal(LB, dim1=-2, dim2=-1)).sum((-1, -2))
+                  + torch.log(torch.diagonal(LU, dim1=-2, dim2=-1).abs()).sum(-1))
+        return inverse, logdet
 
     def _by_chunks(self, fn: Callable[[Tensor], Any]) -> list[Any]:
         """``fn`` on the chains :data:`CHAIN_ELEMENTS` at a time; where a gradient will flow,
@@ -123,11 +189,10 @@ class WeightPosterior:
         index = [torch.nonzero(prior.y == a)[:, 0] for a in range(C)]
         with torch.no_grad():
             for w in self.w.split(step):
-                L, mu = self._factor(w.detach())
-                logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
+                inverse, mu, logdet = self.moments(w.detach())
                 value += (-math.log(2) * self.pairs + 0.5 * (mu @ b - logdet)).sum()
                 grad_b += mu.sum(0)
-                dA = torch.cholesky_inverse(L).add_(mu[:, :, None] * mu[:, None, :]).mul_(-0.5)
+                dA = inverse.add_(mu[:, :, None] * mu[:, None, :]).mul_(-0.5)
                 dA = dA.unflatten(-1, (C, D)).unflatten(-3, (C, D)).permute(0, 1, 3, 2, 4)
                 dA = 0.5 * (dA + dA.transpose(-1, -2))  # [r, C, C, D, D], blocks symmetric
                 dH = torch.diagonal(dA, dim1=1, dim2=2).permute(0, 3, 1, 2)[:, :, None] - dA
@@ -148,9 +213,9 @@ class WeightPosterior:
         outer_q = packed_outer(phi_q)  # [Q, P]
 
         def chunk(w: Tensor) -> tuple[Tensor, Tensor]:
-            L, mu = self._factor(w)
+            inverse, mu, _ = self.moments(w)
             mean = phi_q @ mu.unflatten(-1, (C, D)).transpose(-1, -2)  # [r, Q, C]
-            S = torch.cholesky_inverse(L).unflatten(-1, (C, D)).unflatten(-3, (C, D))
+            S = inverse.unflatten(-1, (C, D)).unflatten(-3, (C, D))
             S = S.permute(0, 1, 3, 2, 4)  # [r, C, C, D, D]: block (a, b)
             packed = pack_symmetric(0.5 * (S + S.transpose(-1, -2)))  # [r, C, C, P]
             return mean, (packed @ outer_q.T).permute(0, 3, 1, 2)  # [r, Q, C, C]
