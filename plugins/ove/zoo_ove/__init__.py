@@ -84,7 +84,7 @@ from zoo.gram import FeatureGram, Gram, choose_route, dense
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
-from zoo_ove.weights import ClassWeights, WeightPosterior, inverse_costs
+from zoo_ove.weights import ClassWeights, WeightPosterior
 
 QUADRATURE_ELEMENTS = 2**24
 """Most quadrature evaluations (chains x queries x classes^2 x nodes) of the predictive formed at
@@ -244,15 +244,16 @@ class OVE(GPMethod):
         """Whether the pair-space algebra given ``w`` is cheaper in the ``C D`` class weights than
         in the ``M x M`` pair space (``pairs = M``, ``way = C``, ``rank = D`` features per class,
         ``functionals = Q C`` class functions at the queries for the predictive): more pairs than
-        weights, :func:`~zoo.gram.choose_route`'s count for a factorisation, or the count of
-        the algebra given ``w``: ``M^3 / 3 + M^2 Q C`` (Cholesky, whitening the queries) against
-        the cheaper inverse of ``A`` (:func:`~zoo_ove.weights.inverse_costs`: by Cholesky or
-        through its arrow structure) and ``C D^2 Q C / 2`` (the packed query blocks)."""
+        weights, :func:`~zoo.gram.choose_route`'s count for a factorisation, or, with queries, the
+        predictive's count: ``M^3 / 3 + M^2 Q C`` (Cholesky, whitening) against ``(C D)^3 + C D^2
+        Q C / 2`` (Cholesky and inverse of ``A``, the packed query blocks). The count of ``A``'s
+        inverse is the Cholesky one also where its arrow is cheaper
+        (:func:`~zoo_ove.weights.arrow_pays`): at 20-way 1-shot the arrow's smaller count did not
+        make the weights faster than the pair space (card ``ove.md``, session 12)."""
         weights = way * rank
         if weights < pairs or choose_route("auto", pairs, weights) == "features":
             return True
-        inverse = min(inverse_costs(pairs // (way - 1), way, rank))
-        return pairs**3 / 3 + pairs**2 * functionals > inverse + weights * rank * functionals / 2
+        return pairs**3 / 3 + pairs**2 * functionals > weights**3 + weights * rank * functionals / 2
 
     @staticmethod
     def chains_at_once(prior: Gram | ClassWeights, pairs: int, queries: int, way: int) -> int:

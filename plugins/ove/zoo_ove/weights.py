@@ -150,10 +150,9 @@ class WeightPosterior:
         Z = torch.cat([X * own.T[:, None, :], X * w.transpose(-1, -2)[:, :, None, :]], -1)
         Z = Z.reshape(w.shape[0], C * D, 2 * n)  # B^-1 U
         LU, pivots = torch.linalg.lu_factor(K)
-        block_inverse = torch.cholesky_inverse(LB)  # [r, C, D, D]
-        eye_c = torch.eye(C, dtype=w.dtype, device=w.device)
-        inverse = (block_inverse[:, :, :, None, :] * eye_c[:, None, :, None]).reshape(-1, C * D, C * D)
-        inverse = inverse - Z @ torch.linalg.lu_solve(LU, pivots, Z.transpose(-1, -2))
+        inverse = -(Z @ torch.linalg.lu_solve(LU, pivots, Z.transpose(-1, -2)))
+        blocks = inverse.view(-1, C, D, C, D).diagonal(dim1=1, dim2=3)  # [r, D, D, C]: B's blocks
+        blocks.add_(torch.cholesky_inverse(LB).permute(0, 2, 3, 1))
         logdet = (2 * torch.log(torch.diagonal(LB, dim1=-2, dim2=-1)).sum((-1, -2))
                   + torch.log(torch.diagonal(LU, dim1=-2, dim2=-1).abs()).sum(-1))
         return inverse, logdet
