@@ -52,6 +52,9 @@ def test_episodes_with_other_query_counts_are_other_episodes(tmp_path):
     for query in (3, 2):
         run_suite(tiny_suite(query=query, test_datasets=["glyphs"]), out=tmp_path, device="cpu",
                   progress=False)
-    (entry,) = load_report(tmp_path).entries.values()
+    report = load_report(tmp_path)
+    (entry,) = report.entries.values()
     assert len(entry.episodes) == 2 * 4  # 4 test episodes at each query count, none overwritten
     assert {k[1] for k in entry.episodes} == {2, 3}
+    assert entry.summary()["seeds"] == 1  # two cells of one seed: no interval over seeds
+    assert " seeds: " not in markdown(report)

@@ -88,3 +88,20 @@ def test_scoring_many_at_once_equals_scoring_one_by_one():
 def test_scoring_an_unchecked_malformed_prediction_is_an_error_not_a_loop(episode):
     with pytest.raises(PredictionError, match="check it first"):
         TASK.score(Prediction(torch.full((5, 3), 1 / 3)), episode)
+
+
+def test_nll_and_brier_of_a_summary_are_over_all_queries():
+    """Episodes of other query counts pooled (a report cell of two ``query`` settings): NLL and
+    Brier are means over every query, as ECE is, not means of the episodes' means."""
+    from zoo.metrics import brier, nll
+
+    episodes = [toy_episode(3, 1, query=1), toy_episode(3, 1, query=4, seed=1)]
+    g = torch.Generator().manual_seed(0)
+    probs = [torch.softmax(3 * torch.randn(e.query_y.shape[0], 3, generator=g, dtype=torch.float64),
+                           -1) for e in episodes]
+    records = [r | {"seconds": 0.0} for r in
+               TASK.score_many([Prediction(p) for p in probs], episodes)]
+    summary = TASK.summarise(records)
+    every_p, every_y = torch.cat(probs), torch.cat([e.query_y for e in episodes])
+    assert summary["nll"] == pytest.approx(nll(every_p, every_y), rel=1e-12)
+    assert summary["brier"] == pytest.approx(brier(every_p, every_y), rel=1e-12)

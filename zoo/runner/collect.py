@@ -59,7 +59,8 @@ class Entry:
         kind, train, test, column = self.setting
         out: dict[str, Any] = {"method": self.method, "task": kind, "train_dataset": train,
                                "dataset": test, **dict(zip(self.task.column_keys, column)),
-                               "seeds": len(self.results), "failed": len(self.failed)}
+                               "seeds": len({r["seed"] for r in self.results}),  # not cells
+                               "failed": len(self.failed)}
         if not self.results:
             return out | {"status": "failed" if self.failed else "missing"}
         mean = lambda key: float(np.mean([r[key] for r in self.results]))  # noqa: E731

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -201,9 +202,11 @@ class Classification(Task):
         accuracy, ci95 = mean_ci(numbers(records, "accuracy"))
         ece, mce = ece_mce(confidence, correct)
         ece_cal, mce_cal = ece_mce(calibrated, correct)
+        queries = np.fromiter(map(len, map(itemgetter("correct"), records)), dtype=np.float64,
+                              count=len(records))  # episodes' means weighted by their queries
         return {"accuracy": accuracy, "ci95": ci95, "ece": ece, "mce": mce,
-                "nll": float(np.mean(numbers(records, "nll"))),
-                "brier": float(np.mean(numbers(records, "brier"))),
+                "nll": float(numbers(records, "nll") @ queries / queries.sum()),
+                "brier": float(numbers(records, "brier") @ queries / queries.sum()),
                 "ece_calibrated": ece_cal, "mce_calibrated": mce_cal,
                 "test_episodes": len(records),
                 "eval_seconds_per_episode": float(np.mean(numbers(records, "seconds"))),
