@@ -57,4 +57,13 @@ def test_episodes_with_other_query_counts_are_other_episodes(tmp_path):
     assert len(entry.episodes) == 2 * 4  # 4 test episodes at each query count, none overwritten
     assert {k[1] for k in entry.episodes} == {2, 3}
     assert entry.summary()["seeds"] == 1  # two cells of one seed: no interval over seeds
+    # its training's numbers are counted once, not once per cell
+    (first, second) = entry.results
+    assert first["train_seconds"] == second["train_seconds"]
+    first["skipped_steps"] = second["skipped_steps"] = 3
+    entry._summary = None
+    summary = entry.summary()
+    assert summary["skipped_steps"] == 3
+    assert summary["train_seconds"] == first["train_seconds"]
+    assert summary["temperature"] == first["temperature"]
     assert " seeds: " not in markdown(report)

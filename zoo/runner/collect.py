@@ -48,7 +48,8 @@ class Entry:
 
     def summary(self) -> dict[str, Any]:
         """The task kind's summary of the pooled records (the function a cell's result uses),
-        with the means over seeds of the temperature and training time. Computed once per
+        with the means over seeds of the temperature and training time and the skipped steps
+        of the seeds' trainings (each counted once, however many cells it was scored in). Computed once per
         content (every table format and figure asks; at 10,000 cells each pass costs seconds)."""
         size = (len(self.results), len(self.episodes), len(self.failed))
         if self._summary is None or self._summary[0] != size:
@@ -63,14 +64,19 @@ class Entry:
                                "failed": len(self.failed)}
         if not self.results:
             return out | {"status": "failed" if self.failed else "missing"}
-        mean = lambda key: float(np.mean([r[key] for r in self.results]))  # noqa: E731
+        by_seed: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for r in self.results:  # a seed's cells (one per query count) share its training
+            by_seed[r["seed"]].append(r)
+        trained = lambda key: [float(np.mean([r.get(key, 0) for r in rs]))  # noqa: E731
+                               for rs in by_seed.values()]
         per_seed = self.seed_means()
         seed_mean, seed_ci = seed_mean_ci(list(per_seed.values()))
         return out | {"status": "done" if not self.failed else "partly failed",
                       **self.task.summarise(list(self.episodes.values())),
                       "seed_means": per_seed, "seed_mean": seed_mean, "seed_ci95": seed_ci,
-                      "skipped_steps": int(sum(r.get("skipped_steps", 0) for r in self.results)),
-                      "temperature": mean("temperature"), "train_seconds": mean("train_seconds")}
+                      "skipped_steps": round(sum(trained("skipped_steps"))),
+                      "temperature": float(np.mean(trained("temperature"))),
+                      "train_seconds": float(np.mean(trained("train_seconds")))}
 
     def seed_means(self) -> dict[int, float]:
         """Each seed's mean of the task kind's headline number over its episodes."""
