@@ -224,13 +224,16 @@ def test_pair_space_feature_route_equals_the_dense_route(monkeypatch, scale, chu
     through Woodbury on ``Psi`` (one factor per class, here equal copies), against the dense
     ``M x M`` algebra and the closed-form gradient, to 1e-8 in float64 on a singular kernel
     (rank 2 < 7 points, a duplicated point, a tiny scale); ``chunk``: the weight route one
-    chain at a time, checkpointed. The weights invert ``A`` by Cholesky (``weights``) and through
-    its arrow structure (``arrow``: Woodbury on the block-diagonal part, here forced)."""
+    chain at a time, checkpointed. The weights invert ``A`` by Cholesky (``weights``) or through
+    its arrow structure (``arrow``: Woodbury on the block-diagonal part), and the predictive
+    takes the blocks of ``A^-1`` or the arrow's pieces without it (``direct``); forced here."""
     if chunk:
         monkeypatch.setattr(zoo_ove.weights, "CHAIN_ELEMENTS", chunk)
     results = {}
-    for route in ("dense", "pairs", "weights", "arrow"):
-        monkeypatch.setattr(zoo_ove.weights, "arrow_pays", lambda *_, r=route: r == "arrow")
+    for route in ("dense", "pairs", "weights", "arrow", "direct"):
+        monkeypatch.setattr(zoo_ove.weights, "arrow_pays", lambda *_, r=route: r != "weights")
+        monkeypatch.setattr(zoo_ove.weights, "arrow_predictive_pays",
+                            lambda *_, r=route: r == "direct")
         phi, y, C, n = _factors(scale, shared=True)
         pairs = Pairs(y, C)
         g = torch.Generator().manual_seed(6)
@@ -253,7 +256,7 @@ def test_pair_space_feature_route_equals_the_dense_route(monkeypatch, scale, chu
         ml = method.mean_log_marginal(Kss, pairs, w, line_episode())
         (grad,) = torch.autograd.grad(scores.sum() + ml, phi)
         results[route] = scores.detach(), ml.detach(), grad
-    for route in ("pairs", "weights", "arrow"):
+    for route in ("pairs", "weights", "arrow", "direct"):
         for a, b in zip(results[route], results["dense"], strict=True):
             assert torch.allclose(a, b, atol=1e-8 * b.abs().max().clamp_min(1))
 
@@ -285,7 +288,7 @@ def test_weight_posterior_moments_equal_the_pair_space_posterior():
 
 @pytest.mark.parametrize(("C", "n", "D", "scale"), [(5, 13, 3, 1.0), (4, 4, 16, 1.0),
                                                     (6, 6, 10, 30.0), (3, 9, 2, 1e-4)])
-def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(C, n, D, scale):
+def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(monkeypatch, C, n, D, scale):
     """``A^-1``, ``mu`` and ``log|A|`` through the arrow structure (Woodbury on the block-diagonal
     part with the indefinite capacitance) equal ``torch.linalg.inv`` / ``slogdet`` of the
     assembled ``A`` and the Cholesky route to 1e-10 relative, in float64: points in random label
@@ -305,7 +308,7 @@ def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(C, n, D, scale):
     post = WeightPosterior(prior, w, JitterPolicy())
     A = prior.precision(w)
     assert torch.linalg.cond(A).max() > (1e5 if scale > 1 else 1)
-    inverse, logdet = post._arrow(w)
+    inverse, logdet = post._arrow_moments(w)
     scale_of = torch.linalg.inv(A).abs().max()
     assert torch.allclose(inverse, torch.linalg.inv(A), atol=1e-10 * scale_of, rtol=0)
     assert torch.allclose(logdet, torch.linalg.slogdet(A).logabsdet, atol=1e-10, rtol=1e-12)
@@ -316,6 +319,14 @@ def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(C, n, D, scale):
     assert torch.allclose(logdet_post, logdet, atol=1e-10, rtol=1e-12)
     assert arrow_pays(1 * 50, 50, 64) and arrow_pays(5 * 20, 20, 64)
     assert not arrow_pays(20 * 50, 50, 64) and not arrow_pays(13, 5, 3)
+    # the predictive without A^-1: the same moments as through the blocks of A^-1
+    phi_q = torch.randn(4, D, generator=g, dtype=torch.float64) * scale
+    kqq = phi_q.pow(2).sum(-1).expand(C, -1)
+    monkeypatch.setattr(zoo_ove.weights, "arrow_predictive_pays", lambda *_: False)
+    mean, cov = post.predictive(phi_q, kqq)  # through the blocks of A^-1
+    mean_d, cov_d = post._arrow_predictive(w, phi_q)
+    assert torch.allclose(mean_d, mean, atol=1e-10 * mean.abs().max(), rtol=0)
+    assert torch.allclose(cov_d, cov, atol=1e-10 * cov.abs().max(), rtol=0)
 
 
 def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():

@@ -62,6 +62,15 @@ def arrow_pays(points: int, way: int, rank: int) -> bool:
     return arrow < cholesky
 
 
+def arrow_predictive_pays(points: int, way: int, rank: int, queries: int) -> bool:
+    """Whether the predictive at ``queries`` query points costs fewer operations through the
+    arrow without ``A^-1`` (:meth:`WeightPosterior._arrow_predictive`) than with it (the cheaper
+    inverse of :func:`inverse_costs` and the packed query blocks, ``C^2 D^2 Q / 2``)."""
+    k, C, D, Q = 2 * points, way, rank, queries
+    direct = Q * C * (D * D + D * k + k * k + C * k) + C * (points * D * D + D**3) + k**3
+    return direct < min(inverse_costs(points, way, rank)) + C * C * D * D * Q / 2
+
+
 CHAIN_ELEMENTS = 2**23
 """Entries of the ``[chains, C D, C D]`` matrices formed at once (64 MB in float64): with 64
 features, 5 chains at a time at 20-way, 1 at 50-way."""
@@ -119,7 +128,7 @@ class WeightPosterior:
         prior = self.prior
         b = prior.natural_mean()
         if arrow_pays(prior.y.numel(), prior.way, prior.phi.shape[-1]):
-            inverse, logdet = self._arrow(w)
+            inverse, logdet = self._arrow_moments(w)
             return inverse, inverse @ b, logdet
         L = self.jitter.cholesky_pd(prior.precision(w), "A = I + sum_n L_n (x) phi phi^T",
                                     self.episode)
@@ -127,8 +136,11 @@ class WeightPosterior:
         logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)
         return torch.cholesky_inverse(L), mu, logdet
 
-    def _arrow(self, w: Tensor) -> tuple[Tensor, Tensor]:
-        """``A^-1`` and ``log|A|`` by Woodbury on ``A = B + U S U^T`` (module docstring)."""
+    def _arrow(self, w: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The pieces of Woodbury on ``A = B + U S U^T`` (module docstring) for pair weights ``w``
+        ``[r, n, C]``: the Cholesky factors of ``B``'s blocks ``[r, C, D, D]``, ``Z = B^-1 U``
+        ``[r, C, D, 2 n]`` (class, feature, column) and the LU factorisation of the capacitance
+        ``K = S + U^T Z`` (factors ``[r, 2 n, 2 n]`` and pivots)."""
         prior = self.prior
         phi, y, C = prior.phi, prior.y, prior.way
         n, D = phi.shape
@@ -148,14 +160,40 @@ class WeightPosterior:
         K = torch.cat([torch.cat([EE, EW - I], -1), torch.cat([EW.transpose(-1, -2) - I, WW], -1)],
                       -2)  # S + U^T B^-1 U
         Z = torch.cat([X * own.T[:, None, :], X * w.transpose(-1, -2)[:, :, None, :]], -1)
-        Z = Z.reshape(w.shape[0], C * D, 2 * n)  # B^-1 U
         LU, pivots = torch.linalg.lu_factor(K)
+        return LB, Z, LU, pivots
+
+    def _arrow_moments(self, w: Tensor) -> tuple[Tensor, Tensor]:
+        """``A^-1 = B^-1 - Z K^-1 Z^T`` ``[r, C D, C D]`` and ``log|A| = log|B| + log|det K|``."""
+        LB, Z, LU, pivots = self._arrow(w)
+        r, C, D, k = Z.shape
+        Z = Z.reshape(r, C * D, k)
         inverse = -(Z @ torch.linalg.lu_solve(LU, pivots, Z.transpose(-1, -2)))
-        blocks = inverse.view(-1, C, D, C, D).diagonal(dim1=1, dim2=3)  # [r, D, D, C]: B's blocks
+        blocks = inverse.view(r, C, D, C, D).diagonal(dim1=1, dim2=3)  # [r, D, D, C]: B's blocks
         blocks.add_(torch.cholesky_inverse(LB).permute(0, 2, 3, 1))
         logdet = (2 * torch.log(torch.diagonal(LB, dim1=-2, dim2=-1)).sum((-1, -2))
                   + torch.log(torch.diagonal(LU, dim1=-2, dim2=-1).abs()).sum(-1))
         return inverse, logdet
+
+    def _arrow_predictive(self, w: Tensor, phi_q: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`predictive`'s mean ``[r, Q, C]`` and covariance ``[r, Q, C, C]`` (exact feature
+        map part) without forming ``A^-1``: with ``T_q = (I (x) phi_q)^T Z`` ``[C, 2 n]``,
+        ``mu = B^-1 b - Z K^-1 Z^T b`` and ``phi_q^T (A^-1)_ab phi_q = [a = b] phi_q^T B_a^-1
+        phi_q - (T_q K^-1 T_q^T)_ab``: ``Q C (D^2 + D 2n + (2 n)^2 + C 2 n)`` operations."""
+        LB, Z, LU, pivots = self._arrow(w)
+        r, C, D, k = Z.shape
+        Q = phi_q.shape[0]
+        b = self.prior.natural_mean().view(C, D)
+        Zb = torch.linalg.lu_solve(LU, pivots, torch.einsum("rcdk,cd->rk", Z, b)[..., None])
+        mu = (torch.cholesky_solve(b.expand(r, C, D)[..., None], LB)[..., 0]
+              - torch.einsum("rcdk,rk->rcd", Z, Zb[..., 0]))
+        mean = torch.einsum("qd,rcd->rqc", phi_q, mu)
+        own = torch.cholesky_solve(phi_q.T.expand(r, C, D, Q), LB)  # B_c^-1 phi_q [r, C, D, Q]
+        diagonal = torch.einsum("qd,rcdq->rqc", phi_q, own)
+        T = torch.einsum("qd,rcdk->rqck", phi_q, Z)  # [r, Q, C, 2 n]
+        KT = torch.linalg.lu_solve(LU, pivots, T.reshape(r, Q * C, k).transpose(-1, -2))
+        low = T @ KT.transpose(-1, -2).reshape(r, Q, C, k).transpose(-1, -2)  # [r, Q, C, C]
+        return mean, torch.diag_embed(diagonal) - 0.5 * (low + low.transpose(-1, -2))
 
     def _by_chunks(self, fn: Callable[[Tensor], Any]) -> list[Any]:
         """``fn`` on the chains :data:`CHAIN_ELEMENTS` at a time; where a gradient will flow,
@@ -211,7 +249,11 @@ class WeightPosterior:
         C, D = self.prior.way, self.prior.phi.shape[-1]
         outer_q = packed_outer(phi_q)  # [Q, P]
 
+        direct = arrow_predictive_pays(self.prior.y.numel(), C, D, phi_q.shape[0])
+
         def chunk(w: Tensor) -> tuple[Tensor, Tensor]:
+            if direct:
+                return self._arrow_predictive(w, phi_q)
             inverse, mu, _ = self.moments(w)
             mean = phi_q @ mu.unflatten(-1, (C, D)).transpose(-1, -2)  # [r, Q, C]
             S = inverse.unflatten(-1, (C, D)).unflatten(-3, (C, D))
