@@ -130,6 +130,13 @@ class Estimator(ABC):
         rule = self.rule(mean.shape[-1], seed=seed, device=mean.device)
         return Estimate(rule.expect(g, mean, var))
 
+    def per_point(self, g: Integrand) -> Integrand | FusedIntegrand:
+        """``g``, a link acting on each point's draws alone, as :meth:`expect` evaluates it
+        best: block by block of points in cache (:class:`PerPoint`, the same numbers) for a plain
+        rule; as it is for an estimator with its own ``expect`` (a control variate fits ``g``
+        on all points at once, Monte Carlo reports a standard error over them)."""
+        return PerPoint(g) if type(self).expect is Estimator.expect else g
+
     def make_state(self) -> torch.nn.Module | None:
         """What the estimator learns across calls (a meta-learned control variate), owned and
         checkpointed by the method that uses it; ``None`` for a stateless estimator."""

@@ -21,7 +21,6 @@ from zoo.expectations import (
     Estimator,
     FusedIntegrand,
     Integrand,
-    PerPoint,
     Rule,
     build_estimator,
 )
@@ -96,9 +95,7 @@ class LatentGaussianMethod(Method):
         """``E[link(f)]`` for ``f ~ N(mean, diag var)`` over the class axis, with draws seeded by
         the episode (:func:`zoo.method.draw_seed` with ``salt``)."""
         estimator = self.estimator(**fallback)
-        g = self.link if integrand is None else integrand
-        if integrand is None and type(estimator).expect is Estimator.expect:  # a plain rule
-            g = PerPoint(g)
+        g = estimator.per_point(self.link) if integrand is None else integrand
         return estimator.expect(g, mean, var, seed=draw_seed(episode, salt)).value
 
     def predict(self, episode: Episode) -> Prediction:

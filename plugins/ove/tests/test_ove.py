@@ -294,9 +294,10 @@ def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(monkeypatch, C, 
     assembled ``A`` and the Cholesky route to 1e-10 relative, in float64: points in random label
     order, a duplicated point, pair weights from 1e-6 to 10, feature scales from 1e-4 to 30 (``A``
     from nearly ``I`` to condition ~1e6); and the rule picks the arrow only with few points."""
+    from zoo_ove.weights import WeightPosterior, arrow_pays
+
     from zoo.gram import packed_outer
     from zoo.jitter import JitterPolicy
-    from zoo_ove.weights import WeightPosterior, arrow_pays
 
     g = torch.Generator().manual_seed(C * 100 + n)
     phi = torch.randn(n, D, generator=g, dtype=torch.float64) * scale
@@ -327,6 +328,27 @@ def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(monkeypatch, C, 
     mean_d, cov_d = post._arrow_predictive(w, phi_q)
     assert torch.allclose(mean_d, mean, atol=1e-10 * mean.abs().max(), rtol=0)
     assert torch.allclose(cov_d, cov, atol=1e-10 * cov.abs().max(), rtol=0)
+
+
+def test_lu_factor_of_a_batch_is_right_on_two_threads():
+    """The capacitance's LU, a batch of 280 x 280 matrices (20-way 5-shot's ``2 N``) on two
+    threads: torch's batched CPU call gives wrong pivots there (pytorch/pytorch#142815); the
+    batch factorised one matrix at a time solves it."""
+    from zoo_ove.weights import lu_factor
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        g = torch.Generator().manual_seed(0)
+        K = torch.randn(3, 280, 280, generator=g, dtype=torch.float64)
+        K = K + K.mT
+        b = torch.randn(3, 280, 2, generator=g, dtype=torch.float64)
+        LU, pivots = lu_factor(K)
+        assert (pivots >= 1).all()
+        x = torch.linalg.lu_solve(LU, pivots, b)
+        assert torch.allclose(K @ x, b, atol=1e-9)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_predictive_quadrature_equals_monte_carlo_on_the_joint_predictive():

@@ -401,8 +401,10 @@ class OVE(GPMethod):
         block = max(1, QUADRATURE_ELEMENTS // (diff_mean[..., :1, :].numel()
                                                * self.hparams["quadrature"]))
 
+        g = estimator.per_point(_logsigmoid_of_scalar)
+
         def expect(m: Tensor, v: Tensor) -> Tensor:
-            return estimator.expect(_logsigmoid_of_scalar, m[..., None], v[..., None]).value
+            return estimator.expect(g, m[..., None], v[..., None]).value
 
         expected = torch.cat(self.in_blocks(expect, list(zip(
             diff_mean.split(block, dim=-2), diff_var.split(block, dim=-2), strict=True))), dim=-2)

@@ -46,6 +46,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
 from zoo.jitter import JitterPolicy
 
+
 def inverse_costs(points: int, way: int, rank: int) -> tuple[float, float]:
     """Operations for ``A^-1`` of one chain (``C D = way * rank`` weights, ``N = points`` labelled
     points): by Cholesky and inverse, ``(C D)^3``; through the arrow, ``2 N (C D)^2 + (2 N)^2 C
@@ -69,6 +70,16 @@ def arrow_predictive_pays(points: int, way: int, rank: int, queries: int) -> boo
     k, C, D, Q = 2 * points, way, rank, queries
     direct = Q * C * (D * D + D * k + k * k + C * k) + C * (points * D * D + D**3) + k**3
     return direct < min(inverse_costs(points, way, rank)) + C * C * D * D * Q / 2
+
+
+def lu_factor(K: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.lu_factor`` of each matrix of the batch ``K`` on its own: on the CPU the
+    batched call factorises matrices of more than ~14 rows on several threads at once, where
+    MKL's row swaps are not thread-safe (wrong pivots, "Parameter 6 was incorrect on entry to
+    DLASWP", and a refused or wrong solve from 2 threads at 200 rows; pytorch/pytorch#142815, fix
+    pending in #181570). One matrix at a time, each factorisation still uses every thread."""
+    factors = [torch.linalg.lu_factor(k) for k in K.unbind()]
+    return torch.stack([lu for lu, _ in factors]), torch.stack([p for _, p in factors])
 
 
 CHAIN_ELEMENTS = 2**23
@@ -160,8 +171,7 @@ class WeightPosterior:
         K = torch.cat([torch.cat([EE, EW - I], -1), torch.cat([EW.transpose(-1, -2) - I, WW], -1)],
                       -2)  # S + U^T B^-1 U
         Z = torch.cat([X * own.T[:, None, :], X * w.transpose(-1, -2)[:, :, None, :]], -1)
-        LU, pivots = torch.linalg.lu_factor(K)
-        return LB, Z, LU, pivots
+        return (LB, Z, *lu_factor(K))
 
     def _arrow_moments(self, w: Tensor) -> tuple[Tensor, Tensor]:
         """``A^-1 = B^-1 - Z K^-1 Z^T`` ``[r, C D, C D]`` and ``log|A| = log|B| + log|det K|``."""
