@@ -67,3 +67,27 @@ def test_episodes_with_other_query_counts_are_other_episodes(tmp_path):
     assert summary["train_seconds"] == first["train_seconds"]
     assert summary["temperature"] == first["temperature"]
     assert " seeds: " not in markdown(report)
+
+
+def test_a_later_run_of_the_same_cells_with_another_configuration_replaces_the_earlier(
+        tmp_path, caplog):
+    """Two runs of the same method, setting and seed into one folder that differ in a setting
+    outside the report's columns (``train_episodes``): the report shows the later run alone (its
+    episodes, its training's numbers), says so, and mixes nothing of the earlier one in."""
+    for episodes in (3, 5):
+        run_suite(tiny_suite(train_episodes=episodes, test_datasets=["glyphs"]), out=tmp_path,
+                  device="cpu", progress=False)
+    with caplog.at_level("WARNING", logger="zoo.runner.collect"):
+        report = load_report(tmp_path)
+    (entry,) = report.entries.values()
+    (result,) = entry.results
+    assert result["config"]["train_episodes"] == 5
+    later = {rec["index"]: rec for rec in report_records(tmp_path, result["config_hash"])}
+    assert {k[2]: v for k, v in entry.episodes.items()} == later
+    assert "1 result(s) replaced by later results" in caplog.text
+
+
+def report_records(root, config_hash):
+    from zoo.runner.storage import Results
+
+    return Results.open(root, create=False, keep_records=True).episodes(config_hash)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ from zoo.metrics import seed_mean_ci
 from zoo.runner.cells import code_free_hash, row_name
 from zoo.runner.storage import Results
 from zoo.tasks.base import Task
+
+log = logging.getLogger(__name__)
 
 Setting = tuple[str, str, str, tuple]  # task kind, train data set, test data set, column
 
@@ -172,24 +175,39 @@ def _load_report(root: Path, registry: Any) -> Report:
     entries: dict[tuple[str, Setting], Entry] = {}
     tasks: dict[str, Task] = {}
 
-    def entry(method: str, line: dict[str, Any]) -> Entry:
+    def where(line: dict[str, Any]) -> tuple[str, Setting]:
         kind = line.get("task", "classification")
         if kind not in tasks:
             tasks[kind] = task_kind(kind, registry)
-        task = tasks[kind]
-        s = (kind, line["train_dataset"], line["dataset"], task.setting(line))
-        return entries.setdefault((method, s), Entry(method, s, task))
+        s = (kind, line["train_dataset"], line["dataset"], tasks[kind].setting(line))
+        return row_name(line["method"], line.get("variant", "")), s
+
+    def entry(line: dict[str, Any]) -> Entry:
+        method, s = where(line)
+        return entries.setdefault((method, s), Entry(method, s, tasks[s[0]]))
 
     done = set()
     finished = results.finished()
     code_free = [code_free_hash(r["config"]) for r in finished]
     latest = dict(zip(code_free, (r["config_hash"] for r in finished)))  # later lines win
+    # one result per row, setting, seed and query count: a later run of the same cell with
+    # another configuration (e.g. --set train_episodes=...) replaces the earlier one, whose
+    # episodes would otherwise be mixed with its own under the same keys
+    shown: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r, key in zip(finished, code_free):
+        done.add(r["config_hash"])
         if latest[key] != r["config_hash"]:
             continue  # made by an older version of the method: kept on disk, not shown
-        e = entry(row_name(r["method"], r.get("variant", "")), r)
+        shown[(*where(r), r["seed"], r.get("query"))] = r
+    superseded = sum(latest[key] == r["config_hash"] for r, key in zip(finished, code_free)) \
+        - len(shown)
+    if superseded:
+        log.warning("%s: %d result(s) replaced by later results of the same method, setting, "
+                    "seed and query count with another configuration (the latest are shown; a "
+                    "suite's `variant` label keeps configurations apart as rows)", root, superseded)
+    for r in shown.values():
+        e = entry(r)
         e.results.append(r)
-        done.add(r["config_hash"])
         seed, query = r["seed"], r.get("query")
         e.episodes.update({(seed, query, rec["index"]): rec
                            for rec in results.episodes(r["config_hash"])})
@@ -202,7 +220,7 @@ def _load_report(root: Path, registry: Any) -> Report:
         folder = results.cell_dir(name)
         c = json.loads((folder / "config.json").read_text())
         message = (folder / "error.txt").read_text().splitlines()[0]
-        entry(row_name(c["method"], c.get("variant", "")), c).failed.append(message)
+        entry(c).failed.append(message)
     settings = sorted({s for _, s in entries},
                       key=lambda s: (s[0] != "classification", s[0], s[1], s[2] != s[1], s[2], s[3]))
     methods = sorted({m for m, _ in entries})
