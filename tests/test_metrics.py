@@ -140,6 +140,12 @@ def test_temperature_fit_at_its_bounds(caplog):
     assert metrics.fit_temperature(uniform, torch.tensor([0, 1, 2, 0, 1, 2])) == pytest.approx(1e4)
     assert metrics.fit_temperature(right, torch.tensor([0, 1]), bounds=(0.5, 2)) == 0.5
     assert caplog.text.count("stopped at its bound") == 4
+    # the runner's calibration names the cell (one line per training in a suite of thousands)
+    from zoo.tasks.classification import Classification
+
+    payload = {"val_logp": right, "val_y": torch.tensor([0, 1]), "what": "protonet glyphs 5w1s"}
+    assert Classification().calibrate(payload) == pytest.approx(1e-4)
+    assert "protonet glyphs 5w1s: temperature fit stopped at its bound" in caplog.text
 
 
 def test_brier_and_calibrated_confidence_equal_their_definitions():

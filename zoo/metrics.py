@@ -124,7 +124,8 @@ def brier(probs: Tensor, y: Tensor) -> float:
     return float(query_brier(probs, y).mean())
 
 
-def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = (1e-4, 1e4)) -> float:
+def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = (1e-4, 1e4),
+                    what: str = "") -> float:
     """The temperature ``T`` minimising the NLL of ``softmax(log_probs / T)`` (fit on validation
     episodes only). In ``b = 1 / T`` the NLL ``L(b) = mean_i [logsumexp_c(b z_ic) - b z_iy]`` is
     convex, with ``L'(b) = mean_i (E_b[z_i] - z_iy)`` and ``L''(b) = mean_i Var_b[z_i] >= 0``
@@ -132,7 +133,7 @@ def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = 
     inside a bracket where ``L'`` changes sign (:func:`log_newton_root`): ~5-10 evaluations of
     the moments, against ~80 of the NLL for a golden-section search. No tuning. The bounds are
     wide on purpose: a GP predictive can be nearly uniform and still accurate (its calibrating
-    ``T`` is then far below 1); an optimum at a bound is logged."""
+    ``T`` is then far below 1); an optimum at a bound is logged, naming ``what`` was fitted."""
     z = log_probs.detach().double().cpu().numpy()
     d = z - z.max(1, keepdims=True)  # moments of z shifted per row: exp(b d) <= 1, no overflow
     d_y = np.take_along_axis(d, y.long().cpu().numpy()[:, None], 1)[:, 0]
@@ -148,7 +149,8 @@ def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = 
     b, _ = log_newton_root(slope, 1 / bounds[1], 1 / bounds[0])
     t = 1 / b
     if not bounds[0] * 1.01 < t < bounds[1] / 1.01:
-        log.warning("temperature fit stopped at its bound T = %.3g (bounds %s)", t, bounds)
+        log.warning("%stemperature fit stopped at its bound T = %.3g (bounds %s)",
+                    f"{what}: " if what else "", t, bounds)
     return t
 
 

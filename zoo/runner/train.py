@@ -347,7 +347,7 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
         else:  # as loading it would give it: every tensor on ``device``
             best = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in best.items()}
         method.load_state_dict(best["model"])
-        temperature = cell.task.calibrate(best)
+        temperature = cell.task.calibrate(best | {"what": cell.label})
         selection = "best " + cell.task.selection_key.replace("val_", "validation ")
     elif cell.train_episodes > 0 and any(True for _ in method.parameters()):
         log.warning("%s: data set %r has no validation split; using the last checkpoint and "

@@ -233,7 +233,9 @@ class Task(ABC):
         return float(np.mean([r[self.headline] for r in records]))
 
     def calibrate(self, payload: Mapping[str, Any]) -> float:
-        """A temperature fitted on validation output; kinds without one return 1."""
+        """A temperature fitted on validation output (``payload``: what :meth:`validate`
+        returned for the selected model, and ``what``, the cell's label for messages); kinds
+        without one return 1."""
         return 1.0
 
     # -- report --------------------------------------------------------------------------------

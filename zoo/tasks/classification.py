@@ -230,7 +230,7 @@ class Classification(Task):
         return accuracy, {"val_logp": logp.cpu(), "val_y": y.cpu()}
 
     def calibrate(self, payload: Mapping[str, Any]) -> float:
-        return fit_temperature(payload["val_logp"], payload["val_y"])
+        return fit_temperature(payload["val_logp"], payload["val_y"], what=payload.get("what", ""))
 
     def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
         pm = r"$\pm$" if latex else "±"
