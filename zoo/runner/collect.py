@@ -51,9 +51,10 @@ class Entry:
 
     def summary(self) -> dict[str, Any]:
         """The task kind's summary of the pooled records (the function a cell's result uses),
-        with the means over seeds of the temperature and training time and the skipped steps
-        of the seeds' trainings (each counted once, however many cells it was scored in). Computed once per
-        content (every table format and figure asks; at 10,000 cells each pass costs seconds)."""
+        with the seeds' trainings' skipped steps and the means over seeds of their temperature
+        and training time (a training counted once, however many cells it was scored in).
+        Computed once per content (every table format and figure asks; at 10,000 cells each
+        pass costs seconds)."""
         size = (len(self.results), len(self.episodes), len(self.failed))
         if self._summary is None or self._summary[0] != size:
             self._summary = (size, self._compute_summary())
