@@ -538,9 +538,12 @@ def test_pair_space_route_by_the_predictive_cost():
     whitening 37,500 class functions against ``C D = 3,200`` weights), and not at the quick
     suite's sizes (5-way, 1 and 5 shots, 15 queries per class), whose numbers stay those of
     the dense pair space. A cosine kernel on 64 features then takes the feature route for the
-    support even with fewer points than features."""
+    support even with fewer points than features. Through the arrow structure of ``A`` (2 N =
+    100 or 40 against C D = 3,200 or 1,280) the weights also pay for 50-way 1-shot's ML count
+    (no queries) and for 20-way 1-shot's predictive (380 pairs)."""
     assert OVE.weights_pay(2450, 50, 64, 750 * 50)
-    assert not OVE.weights_pay(2450, 50, 64)  # no queries: the ML objective's count
+    assert OVE.weights_pay(2450, 50, 64)  # no queries: the ML objective's count
+    assert OVE.weights_pay(380, 20, 64, 300 * 20)
     assert not OVE.weights_pay(5 * 4, 5, 64, 75 * 5)
     assert not OVE.weights_pay(25 * 4, 5, 64, 75 * 5)
     from zoo.kernels import CosineKernel

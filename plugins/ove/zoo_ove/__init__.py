@@ -84,7 +84,7 @@ from zoo.gram import FeatureGram, Gram, choose_route, dense
 from zoo.hparams import HParam
 from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
-from zoo_ove.weights import ClassWeights, WeightPosterior
+from zoo_ove.weights import ClassWeights, WeightPosterior, inverse_costs, predictive_costs
 
 QUADRATURE_ELEMENTS = 2**24
 """Most quadrature evaluations (chains x queries x classes^2 x nodes) of the predictive formed at
@@ -244,16 +244,18 @@ class OVE(GPMethod):
         """Whether the pair-space algebra given ``w`` is cheaper in the ``C D`` class weights than
         in the ``M x M`` pair space (``pairs = M``, ``way = C``, ``rank = D`` features per class,
         ``functionals = Q C`` class functions at the queries for the predictive): more pairs than
-        weights, :func:`~zoo.gram.choose_route`'s count for a factorisation, or, with queries, the
-        predictive's count: ``M^3 / 3 + M^2 Q C`` (Cholesky, whitening) against ``(C D)^3 + C D^2
-        Q C / 2`` (Cholesky and inverse of ``A``, the packed query blocks). The count of ``A``'s
-        inverse is the Cholesky one also where its arrow is cheaper
-        (:func:`~zoo_ove.weights.arrow_pays`): at 20-way 1-shot the arrow's smaller count did not
-        make the weights faster than the pair space (card ``ove.md``, session 12)."""
+        weights, :func:`~zoo.gram.choose_route`'s count for a factorisation, or the count of the
+        algebra given ``w``: ``M^3 / 3 + M^2 Q C`` in the pair space (Cholesky, whitening the
+        queries) against the weights' cheapest (:func:`~zoo_ove.weights.inverse_costs` without
+        queries, :func:`~zoo_ove.weights.predictive_costs` with them: by Cholesky or through the
+        arrow structure of ``A``)."""
         weights = way * rank
         if weights < pairs or choose_route("auto", pairs, weights) == "features":
             return True
-        return pairs**3 / 3 + pairs**2 * functionals > weights**3 + weights * rank * functionals / 2
+        points = pairs // (way - 1)
+        cost = (min(predictive_costs(points, way, rank, functionals // way)) if functionals
+                else min(inverse_costs(points, way, rank)))
+        return pairs**3 / 3 + pairs**2 * functionals > cost
 
     @staticmethod
     def chains_at_once(prior: Gram | ClassWeights, pairs: int, queries: int, way: int) -> int:
@@ -282,6 +284,9 @@ class OVE(GPMethod):
         (the prior draw first), ``[keep R, C, n]`` (state-major; blocked sampler only), else
         ``None``."""
         R, C, n = self.hparams["chains"], K.shape[0], K.shape[-1]
+        if isinstance(K, FeatureGram) and self.hparams["algebra"] == "auto" and \
+                choose_route("auto", n, K.rank) == "dense":
+            K = dense(K)  # features for the class weights (weights_pay); n points alone: dense
         pairs = Pairs(y, C)
         gen = device_generator(generator, K.device)
         K = K.detach()

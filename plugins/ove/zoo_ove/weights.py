@@ -63,13 +63,19 @@ def arrow_pays(points: int, way: int, rank: int) -> bool:
     return arrow < cholesky
 
 
-def arrow_predictive_pays(points: int, way: int, rank: int, queries: int) -> bool:
-    """Whether the predictive at ``queries`` query points costs fewer operations through the
-    arrow without ``A^-1`` (:meth:`WeightPosterior._arrow_predictive`) than with it (the cheaper
-    inverse of :func:`inverse_costs` and the packed query blocks, ``C^2 D^2 Q / 2``)."""
+def predictive_costs(points: int, way: int, rank: int, queries: int) -> tuple[float, float]:
+    """Operations for the predictive of one chain at ``queries`` query points: through ``A^-1``
+    (the cheaper of :func:`inverse_costs`, then the packed query blocks, ``C^2 D^2 Q / 2``) and
+    through the arrow without it (:meth:`WeightPosterior._arrow_predictive`)."""
     k, C, D, Q = 2 * points, way, rank, queries
     direct = Q * C * (D * D + D * k + k * k + C * k) + C * (points * D * D + D**3) + k**3
-    return direct < min(inverse_costs(points, way, rank)) + C * C * D * D * Q / 2
+    return min(inverse_costs(points, way, rank)) + C * C * D * D * Q / 2, float(direct)
+
+
+def arrow_predictive_pays(points: int, way: int, rank: int, queries: int) -> bool:
+    """Whether :func:`predictive_costs` counts the arrow without ``A^-1`` cheaper."""
+    through_inverse, direct = predictive_costs(points, way, rank, queries)
+    return direct < through_inverse
 
 
 def lu_factor(K: Tensor) -> tuple[Tensor, Tensor]:
