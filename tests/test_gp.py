@@ -123,3 +123,16 @@ def test_jitter_is_counted_and_bounded():
         JitterPolicy(max_tries=3).cholesky(-torch.eye(3))
     with pytest.raises(NumericalError, match="episode glyphs/test#4"):
         policy.cholesky(torch.full((2, 2), math.nan), episode="glyphs/test#4")
+
+
+def test_prior_draws_a_few_at_a_time_equal_one_batch(monkeypatch):
+    """The dense route's draws ``root z`` taken a few draws at a time (bounded memory: the square
+    root is broadcast over the draws) are the one-batch draws, bit for bit."""
+    import zoo.gp
+
+    A = torch.randn(4, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    K = A @ A.mT
+    whole = zoo.gp.prior_draws(K, 25, torch.Generator().manual_seed(1))
+    monkeypatch.setattr(zoo.gp, "PRIOR_DRAW_ELEMENTS", 4 * 6 * 6 * 3)  # 3 draws at a time
+    assert torch.equal(zoo.gp.prior_draws(K, 25, torch.Generator().manual_seed(1)), whole)
+    assert whole.shape == (25, 4, 6)

@@ -263,6 +263,10 @@ class FeatureSitePosterior(SitePosterior):
         return mean, torch.broadcast_tensors(var.clamp_min(1e-12), mean)[0]
 
 
+PRIOR_DRAW_ELEMENTS = 2**22
+"""Entries of the prior's square root broadcast over the draws at once in :func:`prior_draws`."""
+
+
 def prior_draws(K: Gram, count: int, generator: torch.Generator) -> Tensor:
     """``count`` draws of ``N(0, K)`` for a PSD (possibly singular) ``K`` ``[..., n, n]``, as
     ``[count, ..., n]``, through its eigendecomposition (negative round-off eigenvalues set to 0;
@@ -278,7 +282,11 @@ def prior_draws(K: Gram, count: int, generator: torch.Generator) -> Tensor:
     evals, evecs = torch.linalg.eigh(K)
     z = torch.randn((count, *K.shape[:-1]), generator=generator, dtype=DTYPE,
                     device=generator.device).to(K.device)
-    return ((evecs * evals.clamp_min(0).sqrt()[..., None, :]) @ z[..., None])[..., 0]
+    root = evecs * evals.clamp_min(0).sqrt()[..., None, :]
+    # the product broadcasts ``root`` over the draws: a few draws at a time, not a ``[count,
+    # ..., n, n]`` copy of it (1 GB for 1,020 draws at 50 classes x 50 points)
+    step = max(1, PRIOR_DRAW_ELEMENTS // root.numel())
+    return torch.cat([(root @ z[i:i + step, ..., None])[..., 0] for i in range(0, count, step)])
 
 
 def gaussian_log_marginal(K: Gram, y: Tensor, noise: Tensor | float,
