@@ -195,13 +195,14 @@ def _load_report(root: Path, registry: Any) -> Report:
     # another configuration (e.g. --set train_episodes=...) replaces the earlier one, whose
     # episodes would otherwise be mixed with its own under the same keys
     shown: dict[tuple[Any, ...], dict[str, Any]] = {}
+    current = 0
     for r, key in zip(finished, code_free):
         done.add(r["config_hash"])
         if latest[key] != r["config_hash"]:
             continue  # made by an older version of the method: kept on disk, not shown
+        current += 1
         shown[(*where(r), r["seed"], r.get("query"))] = r
-    superseded = sum(latest[key] == r["config_hash"] for r, key in zip(finished, code_free)) \
-        - len(shown)
+    superseded = current - len(shown)
     if superseded:
         log.warning("%s: %d result(s) replaced by later results of the same method, setting, "
                     "seed and query count with another configuration (the latest are shown; a "
