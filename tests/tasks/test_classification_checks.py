@@ -3,11 +3,14 @@ naming the method and the episode, never a number in the results."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from zoo.method import Prediction
 from zoo.tasks import PredictionError
+from zoo.tasks.base import SIMPLEX_TOLERANCE
 from zoo.tasks.classification import Classification
 from zoo.testing import toy_episode
 
@@ -42,6 +45,20 @@ def test_float32_softmax_rounding_is_within_tolerance(episode):
     TASK.check(Prediction(torch.softmax(logits.float(), -1)), episode, "ok")
     with pytest.raises(PredictionError):
         TASK.check(Prediction(torch.full((6, 3), 1 / 3 + 1e-3)), episode, "off")
+
+
+def test_round_off_below_zero_is_accepted_and_scored(episode):
+    """An estimate's round-off below 0 (``1 - sum`` of the others: -1e-17) is no reason to lose
+    a cell: it passes, alone and batched, and its scores are finite; an entry further below 0
+    than the tolerance is refused, naming it."""
+    probs = torch.tensor([[1.0 + 1e-17, -1e-17, 0.0]] * 6, dtype=torch.float64)
+    TASK.check(Prediction(probs), episode, "ok")
+    TASK.check_many([Prediction(probs)] * 2, [episode] * 2, "ok")
+    record = TASK.score(Prediction(probs), episode)
+    assert all(math.isfinite(record[k]) for k in ("accuracy", "nll", "brier"))
+    beyond = torch.tensor([[1.0 + 2 * SIMPLEX_TOLERANCE, -2 * SIMPLEX_TOLERANCE, 0.0]] * 6)
+    with pytest.raises(PredictionError, match="negative probabilities .smallest -0.0002"):
+        TASK.check(Prediction(beyond.double()), episode, "sloppy")
 
 
 @pytest.mark.parametrize("probs, problem", [

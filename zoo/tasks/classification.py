@@ -23,7 +23,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, numbers, pooled
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, numbers, pooled, probabilities_problem
 
 if TYPE_CHECKING:
     import torch
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from zoo.data.base import FewShotDataset
     from zoo.episode import Episode
     from zoo.method import Method, Prediction
-
-SUM_TOLERANCE = 1e-4
-"""How far a row of probabilities may sum from 1 (float32 softmax rows are within ~1e-6)."""
-
 
 class Classification(Task):
     """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
@@ -146,7 +142,7 @@ class Classification(Task):
         return method.predict(episode)
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
-        """Shape ``[Q, way]``, finite, non-negative, rows summing to 1 within ``SUM_TOLERANCE``."""
+        """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`)."""
         from zoo.method import Prediction
 
         def fail(problem: str) -> None:
@@ -160,7 +156,7 @@ class Classification(Task):
         expected = (episode.query_y.shape[0], episode.way)
         if tuple(probs.shape) != expected:
             fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = {list(expected)}")
-        problem = _numbers_problem(probs.detach().double().cpu().numpy())
+        problem = probabilities_problem(probs.detach().double().cpu().numpy())
         if problem is not None:
             fail(problem)
 
@@ -169,7 +165,7 @@ class Classification(Task):
         """:meth:`check` of every prediction, its numbers tested at once when the episodes share
         a shape; any failure is raised by :meth:`check` of the first bad episode."""
         stacked = _stack(predictions, episodes)
-        if stacked is not None and _numbers_problem(stacked[0].numpy()) is None:
+        if stacked is not None and probabilities_problem(stacked[0].numpy()) is None:
             return
         for prediction, episode in zip(predictions, episodes, strict=True):
             self.check(prediction, episode, method)
@@ -256,20 +252,6 @@ class Classification(Task):
 def train_way(shape: Shape) -> int:
     """The way a cell's model is built and trained for: ``train_way`` if set, else the test way."""
     return int(shape.get("train_way", shape["way"]))
-
-
-def _numbers_problem(p: np.ndarray) -> str | None:
-    """What is wrong with class probabilities ``p [..., Q, way]`` (float64), or None: every entry
-    finite and non-negative, every row summing to 1 within ``SUM_TOLERANCE``. In NumPy: a few
-    microseconds, against tens for torch's per-call dispatch."""
-    if not np.isfinite(p).all():
-        return "non-finite probabilities"
-    if (p < 0).any():
-        return f"negative probabilities (smallest {float(p.min()):.3g})"
-    error = float(np.abs(p.sum(-1) - 1).max()) if p.size else 0.0
-    if error > SUM_TOLERANCE:
-        return f"a row of probabilities sums to 1 +- {error:.3g} (tolerance {SUM_TOLERANCE})"
-    return None
 
 
 def _stack(predictions: Sequence[Any], episodes: Sequence[Episode]

@@ -23,16 +23,13 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, probabilities_problem
 
 if TYPE_CHECKING:
     from torch import Tensor
 
     from zoo.data.streams import StreamData
     from zoo.tasks.methods import StreamMethod
-
-SUM_TOLERANCE = 1e-4
-
 
 @dataclass(frozen=True)
 class Stream:
@@ -156,7 +153,6 @@ class Sequential(Task):
         raise ZooError("sequential methods are not meta-trained; set train_episodes = 0")
 
     def check(self, prediction: Any, stream: Stream, method: str) -> None:
-        import torch
 
         def fail(problem: str) -> None:
             raise PredictionError(f"method {method!r} in stream {stream.id}: {problem}; predict "
@@ -170,10 +166,9 @@ class Sequential(Task):
         for p in prediction.probs:
             if p.ndim != 2 or p.shape[0] != len(stream.held_y) or p.shape[1] < classes:
                 fail(f"probs have shape {tuple(p.shape)}")
-            if not torch.isfinite(p).all() or (p < 0).any():
-                fail("non-finite or negative probabilities")
-            if float((p.double().sum(-1) - 1).abs().max()) > SUM_TOLERANCE:
-                fail("a row of probabilities does not sum to 1")
+            problem = probabilities_problem(p.detach().double().cpu().numpy())
+            if problem is not None:
+                fail(problem)
 
     def score(self, prediction: StreamPrediction, stream: Stream,
               temperature: float = 1.0) -> dict[str, Any]:
