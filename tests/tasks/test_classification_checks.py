@@ -122,3 +122,29 @@ def test_nll_and_brier_of_a_summary_are_over_all_queries():
     every_p, every_y = torch.cat(probs), torch.cat([e.query_y for e in episodes])
     assert summary["nll"] == pytest.approx(nll(every_p, every_y), rel=1e-12)
     assert summary["brier"] == pytest.approx(brier(every_p, every_y), rel=1e-12)
+
+
+def test_seeds_repeated_on_fixed_episodes_do_not_narrow_the_interval():
+    """Fixed published episodes (Lake's runs) scored by three seeds' models: the interval is over
+    the 8 distinct episodes, each at its mean over the seeds; three identical seeds give the
+    interval of one. Sampled episodes (each its own seed) keep the interval over records."""
+    from zoo.metrics import mean_ci
+
+    g = torch.Generator().manual_seed(0)
+    accuracy = torch.rand(3, 8, generator=g, dtype=torch.float64)  # [seed, episode]
+
+    def records(acc: torch.Tensor, episode_seed) -> list[dict]:
+        return [{"seed": episode_seed(s, e), "index": e, "accuracy": float(acc[s, e]),
+                 "correct": [1], "confidence": [0.5], "confidence_calibrated": [0.5],
+                 "nll": 0.7, "brier": 0.5, "seconds": 0.0}
+                for s in range(acc.shape[0]) for e in range(acc.shape[1])]
+
+    fixed = TASK.summarise(records(accuracy, lambda s, e: 1000 + e))
+    mean, ci = mean_ci(accuracy.mean(0).numpy())
+    assert (fixed["accuracy"], fixed["ci95"]) == pytest.approx((mean, ci), rel=1e-12)
+    same = TASK.summarise(records(accuracy[:1].expand(3, -1), lambda s, e: 1000 + e))
+    alone = TASK.summarise(records(accuracy[:1], lambda s, e: 1000 + e))
+    assert same["ci95"] == pytest.approx(alone["ci95"], rel=1e-12)
+    sampled = TASK.summarise(records(accuracy, lambda s, e: 100 * s + e))
+    assert (sampled["accuracy"], sampled["ci95"]) == pytest.approx(
+        mean_ci(accuracy.flatten().numpy()), rel=1e-12)

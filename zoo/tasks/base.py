@@ -45,6 +45,23 @@ def pooled(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
     return np.fromiter(chain.from_iterable(map(itemgetter(key), records)), dtype=np.float64)
 
 
+def episode_means(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """``key``'s number per distinct episode: the mean over the records of one episode, which
+    several seeds' models share when the episodes are fixed and published (Lake's runs); the
+    numbers themselves when every record is its own episode (sampled episodes: the episode's seed
+    depends on the cell's). An episode is its ``seed`` (the episode's own, a hash of all its
+    coordinates); records without one count as distinct. Order: by episode seed."""
+    values = numbers(records, key)
+    ids = [r.get("seed") for r in records]
+    if None in ids:
+        return values
+    ids = np.fromiter(ids, dtype=np.int64, count=len(ids))
+    unique, inverse = np.unique(ids, return_inverse=True)
+    if unique.size == ids.size:
+        return values
+    return np.bincount(inverse, weights=values) / np.bincount(inverse)
+
+
 def named_class(ref: type | str) -> type:
     """``ref`` itself, or the class a ``"module:Name"`` names (imported now)."""
     return ref if isinstance(ref, type) else pkgutil.resolve_name(ref)

@@ -23,7 +23,16 @@ import numpy as np
 
 from zoo.errors import EpisodeError
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, numbers, pooled, probabilities_problem
+from zoo.tasks.base import (
+    GetEpisode,
+    PredictionError,
+    Shape,
+    Task,
+    episode_means,
+    numbers,
+    pooled,
+    probabilities_problem,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -192,10 +201,13 @@ class Classification(Task):
                 for e, r in zip(episodes, records, strict=True)]
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Accuracy with its 95% CI over episodes; ECE/MCE/NLL/Brier over all queries (fractions)."""
+        """Accuracy with its 95% CI over distinct episodes (:func:`~zoo.tasks.base.episode_means`:
+        fixed episodes scored by several seeds' models count once each, at their mean, so seeds
+        repeated on the same episodes do not narrow it); ECE/MCE/NLL/Brier over all queries
+        (fractions)."""
         confidence, calibrated, correct = (pooled(records, k) for k in (  # every query, in order
             "confidence", "confidence_calibrated", "correct"))
-        accuracy, ci95 = mean_ci(numbers(records, "accuracy"))
+        accuracy, ci95 = mean_ci(episode_means(records, "accuracy"))
         ece, mce = ece_mce(confidence, correct)
         ece_cal, mce_cal = ece_mce(calibrated, correct)
         queries = np.fromiter(map(len, map(itemgetter("correct"), records)), dtype=np.float64,
