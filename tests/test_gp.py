@@ -136,3 +136,27 @@ def test_prior_draws_a_few_at_a_time_equal_one_batch(monkeypatch):
     monkeypatch.setattr(zoo.gp, "PRIOR_DRAW_ELEMENTS", 4 * 6 * 6 * 3)  # 3 draws at a time
     assert torch.equal(zoo.gp.prior_draws(K, 25, torch.Generator().manual_seed(1)), whole)
     assert whole.shape == (25, 4, 6)
+
+
+@pytest.mark.parametrize("dim", [6, 64, 200])  # 64 and 200: LAPACK's blocked factorisation
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_entry_anywhere_in_the_lower_triangle_is_refused(dim, bad):
+    """The policy finds non-finite entries on the factor's diagonal (``finite_factor``), not by
+    reading ``A``: a NaN or infinity at any position the factorisation reads (the lower triangle,
+    diagonal included; every position at 6 rows, a spread of them at 64 and 200), in any matrix of
+    a batch, is refused as non-finite, never returned as a factor or taken for a jitter case."""
+    g = torch.Generator().manual_seed(dim)
+    X = torch.randn(3, dim, 2 * dim, dtype=torch.float64, generator=g)
+    A = X @ X.mT / dim + torch.eye(dim, dtype=torch.float64)
+    rows, cols = torch.tril_indices(dim, dim)
+    picks = range(len(rows)) if dim == 6 else torch.randperm(len(rows), generator=g)[:25].tolist()
+    for k in [*picks, len(rows) - 1]:  # the last pivot too
+        i, j = int(rows[k]), int(cols[k])
+        bad_A = A.clone()
+        bad_A[1, i, j] = bad_A[1, j, i] = bad
+        policy = JitterPolicy()
+        with pytest.raises(NumericalError, match="non-finite entries"):
+            policy.cholesky(bad_A, episode="glyphs/test#4")
+        assert policy.uses == 0
+    L = JitterPolicy().cholesky(A)
+    assert torch.allclose(L @ L.mT, A)
