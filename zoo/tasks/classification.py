@@ -59,7 +59,8 @@ class Classification(Task):
     paired_key = "accuracy"
     paired_percent = True
     digits = 1
-    table_note = ("Accuracy in % +- 95% CI over test episodes (seeds pooled); in parentheses ECE of "
+    table_note = ("Accuracy in % +- 95% CI over test episodes (seeds pooled; an episode several "
+                  "seeds were scored on counts once); in parentheses ECE of "
                   "the method's own probabilities / after the temperature fitted on validation "
                   "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
 
