@@ -81,9 +81,11 @@ def arrow_predictive_pays(points: int, way: int, rank: int, queries: int) -> boo
 def lu_factor(K: Tensor) -> tuple[Tensor, Tensor]:
     """``torch.linalg.lu_factor`` of each matrix of the batch ``K`` on its own: on the CPU the
     batched call factorises matrices of more than ~14 rows on several threads at once, where
-    MKL's row swaps are not thread-safe (wrong pivots, "Parameter 6 was incorrect on entry to
-    DLASWP", and a refused or wrong solve from 2 threads at 200 rows; pytorch/pytorch#142815, fix
-    pending in #181570). One matrix at a time, each factorisation still uses every thread."""
+    MKL's row swaps are not thread-safe; with 2 threads it hangs at 150 rows and gives wrong pivots
+    ("Parameter 6 was incorrect on entry to DLASWP") and a refused or wrong solve from 200 rows
+    (pytorch/pytorch#142815, fix pending in #181570; every LU-based batched call, card ``ove.md``,
+    ``benchmarks/scale/batched_linalg.py``). One matrix at a time, each factorisation still uses
+    every thread."""
     factors = [torch.linalg.lu_factor(k) for k in K.unbind()]
     return torch.stack([lu for lu, _ in factors]), torch.stack([p for _, p in factors])
 
