@@ -141,7 +141,7 @@ def test_prior_draws_a_few_at_a_time_equal_one_batch(monkeypatch):
 @pytest.mark.parametrize("dim", [6, 64, 200])  # 64 and 200: LAPACK's blocked factorisation
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_a_non_finite_entry_anywhere_in_the_lower_triangle_is_refused(dim, bad):
-    """The policy finds non-finite entries on the factor's diagonal (``finite_factor``), not by
+    """The policy finds non-finite entries on the factor's diagonal (``factorised``), not by
     reading ``A``: a NaN or infinity at any position the factorisation reads (the lower triangle,
     diagonal included; every position at 6 rows, a spread of them at 64 and 200), in any matrix of
     a batch, is refused as non-finite, never returned as a factor or taken for a jitter case."""

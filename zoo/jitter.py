@@ -73,7 +73,7 @@ class JitterPolicy:
             return self.cholesky(A, what, episode)
         L, info = torch.linalg.cholesky_ex(A)
         where = f" in episode {episode}" if episode else ""
-        self.require((info == 0).all() & finite_factor(L),
+        self.require(factorised(L, info),
                      f"{what}{where} could not be factorised (non-finite entries); check the "
                      "features (NaN or inf from the backbone) and the learning rate")
         return L
@@ -87,12 +87,12 @@ class JitterPolicy:
         Non-finite entries are found on the factor, not on ``A``: the factorisation reads ``A``'s
         lower triangle, and a NaN or infinity there makes a pivot non-finite or not positive (the
         pivot of row ``i`` is ``sqrt(A_ii - sum_j L_ij^2)``, and ``L_ij`` carries ``A_ij``), so
-        :func:`finite_factor` reads ``D`` numbers a matrix instead of ``D^2`` (at ``D = 64``,
+        :func:`factorised` reads ``D`` numbers a matrix instead of ``D^2`` (at ``D = 64``,
         testing ``A`` took about as long as factorising it). ``A`` itself is read only when the
         factorisation fails, to say why."""
         where = f" in episode {episode}" if episode else ""
         L, info = torch.linalg.cholesky_ex(A)
-        ok = (info == 0).all() & finite_factor(L)
+        ok = factorised(L, info)
         if defer_check(ok) or bool(ok):
             return L
         if not torch.isfinite(A.tril()).all():
@@ -104,7 +104,7 @@ class JitterPolicy:
         for _ in range(self.max_tries):
             self.uses += 1
             L, info = torch.linalg.cholesky_ex(A + (jitter * scale)[..., None] * eye)
-            if bool((info == 0).all() & finite_factor(L)):
+            if bool(factorised(L, info)):
                 log.debug("jitter %.1e made %s%s positive definite", jitter, what, where)
                 return L
             jitter *= self.factor
@@ -113,10 +113,11 @@ class JitterPolicy:
                              "features (try another kernel or a smaller learning rate)")
 
 
-def finite_factor(L: Tensor) -> Tensor:
-    """Whether the Cholesky factors ``L`` (batched) are finite, read on their diagonals: an entry
-    ``L_ij`` that is not finite makes the pivot ``L_ii`` not finite (:meth:`JitterPolicy.cholesky`)."""
-    return torch.isfinite(torch.diagonal(L, dim1=-2, dim2=-1)).all()
+def factorised(L: Tensor, info: Tensor) -> Tensor:
+    """Whether ``torch.linalg.cholesky_ex`` factorised every matrix of a batch into finite
+    factors ``L`` (``info`` zero), the finiteness read on the diagonals: an entry ``L_ij`` that is
+    not finite makes the pivot ``L_ii`` not finite (:meth:`JitterPolicy.cholesky`)."""
+    return (info == 0).all() & torch.isfinite(torch.diagonal(L, dim1=-2, dim2=-1)).all()
 
 
 DEFAULT_JITTER = JitterPolicy()
