@@ -205,6 +205,21 @@ def test_plugins_json_contract():
     assert "protonet" in table and "ok" in table
 
 
+def test_every_sub_command_is_summarised_in_whole_sentences():
+    """``zoo -h`` lists each sub-command with its docstring's first paragraph, not a first line
+    cut in the middle of a sentence."""
+    from zoo.cli import COMMANDS, build_parser, summary
+
+    build_parser()
+    assert COMMANDS
+    for name, (_, fn) in COMMANDS.items():
+        line = summary(fn)
+        assert line.endswith("."), (name, line)
+        assert "  " not in line and "\n" not in line, (name, line)
+    assert summary(test_every_sub_command_is_summarised_in_whole_sentences).endswith(
+        "sentence.")
+
+
 THIRD_PARTY = {
     "pyproject.toml": """
         [build-system]

@@ -109,11 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (configure, fn) in COMMANDS.items():
-        p = sub.add_parser(name, help=(fn.__doc__ or "").strip().splitlines()[0],
-                           description=fn.__doc__)
+        p = sub.add_parser(name, help=summary(fn), description=fn.__doc__)
         configure(p)
         p.set_defaults(func=fn)
     return parser
+
+
+def summary(fn: Callable) -> str:
+    """The first paragraph of ``fn``'s docstring on one line (a sub-command's line in ``zoo -h``;
+    the first physical line would cut a sentence that wraps)."""
+    return " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
 
 
 def _load_subcommands() -> None:
