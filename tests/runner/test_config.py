@@ -73,7 +73,8 @@ def test_set_rejects_unknown_keys_listing_choices(assignment, listed):
 def test_unknown_names_list_the_choices():
     with pytest.raises(UnknownNameError, match="quick"):
         load_suite("no-such-suite")
-    with pytest.raises(UnknownNameError, match="protonet"):
+    with pytest.raises(UnknownNameError, match="unknown method for suite 'tiny': "
+                       "'no-such-method'; choose one of: .*protonet"):
         prepare_suite(tiny_suite(), only=["no-such-method"])
     with pytest.raises(UnknownNameError, match="protonet"):
         apply_overrides(tiny_suite(), ["no-such-method.lr=1"], ["protonet"])

@@ -328,6 +328,6 @@ def select_methods(suite: Suite, only: Iterable[str] | None = None,
     if only:
         for o in only:
             if o not in names:
-                raise UnknownNameError(f"method in suite {suite.name!r}", o, names)
+                raise UnknownNameError(f"method for suite {suite.name!r}:", o, names)
         names = [n for n in names if n in only]
     return names
