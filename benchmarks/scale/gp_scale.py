@@ -9,11 +9,16 @@ fastest round is reported with its ratio to ProtoNet's (``--stat min``, the defa
 shared with other work the least disturbed estimate of the cost; ``--stat median`` is the other
 choice; the JSON has both). On the CPU the clock is the process's CPU time (``--clock cpu``, the
 default there; with one thread it is the call's own cost, which other processes on the same
-cores inflate in wall time only), on a GPU the synchronised wall time. Peak memory is the growth of the
-process's peak resident set during one call on the CPU (``/proc/self/clear_refs`` resets it;
-glibc's default malloc, so freed buffers go back to the kernel) and ``max_memory_allocated`` on a
-GPU. GP methods use the cosine kernel unless ``--kernel`` names another (``default``: each
-method's own); ``--algebra`` overrides the route (default ``auto``, :mod:`zoo.gram`).
+cores inflate in wall time only), on a GPU the synchronised wall time. The calls run under the
+runner's malloc setting (:func:`zoo.runner.allocator.retain_freed_memory`, as every cell does;
+``--malloc default`` leaves glibc's): with glibc's defaults a call's page faults depend on what
+the methods before it left in the heap, so a ratio moves with the order of the methods (card
+``gp-scale.md``, session 14). Peak memory is the growth of the process's peak resident set
+during the warm-up call on the CPU (``/proc/self/clear_refs`` resets it; inside
+:func:`~zoo.runner.allocator.returning_freed_memory`, so freed buffers go back to the kernel and
+the growth is the call's own) and ``max_memory_allocated`` on a GPU. GP methods use the cosine
+kernel unless ``--kernel`` names another (``default``: each method's own); ``--algebra``
+overrides the route (default ``auto``, :mod:`zoo.gram`).
 
 ``--methods`` takes registered names or specs with test-time hyper-parameters,
 ``name[key=value,...]`` (:mod:`zoo.spec`), e.g. ``ove[predictive=samples]`` beside ``ove``: each
@@ -28,7 +33,7 @@ Then the Nystrom study: md-bfsc with the RBF kernel at 50-way 20-shot, exact (de
 
     python benchmarks/scale/gp_scale.py [--repeat 3] [--ways 5,20,50] [--shots 1,5,20]
         [--device cuda] [--kernel cosine] [--methods ...] [--skip-nystrom] [--json out.json]
-        [--stat min|median] [--clock wall|cpu] [--phases test,train]
+        [--stat min|median] [--clock wall|cpu] [--phases test,train] [--malloc retain|default]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import json
 import logging
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +51,7 @@ from pathlib import Path
 import torch
 
 from zoo import build_method
+from zoo.runner.allocator import retain_freed_memory, returning_freed_memory
 from zoo.spec import parse_spec
 from zoo.testing import toy_episode
 
@@ -64,6 +71,8 @@ class Peak:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
         else:
+            self.heap = returning_freed_memory()
+            self.heap.__enter__()
             Path("/proc/self/clear_refs").write_text("5")
             self.base = _status("VmRSS")
         return self
@@ -74,6 +83,7 @@ class Peak:
             self.bytes = torch.cuda.max_memory_allocated() - self.base
         else:
             self.bytes = _status("VmHWM") - self.base
+            self.heap.__exit__(*exc)
 
 
 def _status(key: str) -> int:
@@ -200,7 +210,10 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path)
+    p.add_argument("--malloc", choices=("retain", "default"), default="retain",
+                   help="the runner's malloc setting (default) or glibc's own")
     args = p.parse_args()
+    malloc = retain_freed_memory() if args.malloc == "retain" else "default"
     args.methods = re.split(r",(?![^\[]*\])", args.methods)  # commas outside [...]
     args.phases = args.phases.split(",")
     args.inducing = [int(m) for m in args.inducing.split(",")]
@@ -209,7 +222,7 @@ def main() -> None:
     args.clock = args.clock or ("cpu" if device.type == "cpu" else "wall")
     print(f"device {device}, {args.threads} thread(s), {args.clock} clock, kernel {args.kernel}, algebra "
           f"{args.algebra}, {args.stat} of {args.repeat} interleaved rounds, {args.query} "
-          "queries/class")
+          f"queries/class, malloc {malloc}")
     print(f"{'way':>4} {'shot':>4} {'method':>24} {'test s':>8} {'x proto':>7} {'MB':>7} "
           f"{'train s':>8} {'x proto':>7} {'MB':>7}")
     results = []
@@ -236,7 +249,8 @@ def main() -> None:
         print("md-bfsc, RBF kernel, 50-way 20-shot test episode: exact (dense) vs Nystrom")
         nystrom = nystrom_study(args, device)
     if args.json:
-        args.json.write_text(json.dumps({"grid": results, "nystrom": nystrom}, indent=1))
+        args.json.write_text(json.dumps({"grid": results, "nystrom": nystrom, "malloc": malloc,
+                                         "argv": sys.argv[1:]}, indent=1))
 
 
 if __name__ == "__main__":
