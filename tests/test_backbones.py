@@ -14,3 +14,31 @@ def test_feature_dim(name, channels, size, dim):
     assert net.feature_dim == dim
     out = net(torch.randn(2, channels, size, size))
     assert out.shape == (2, dim)
+
+
+@pytest.mark.parametrize(("name", "channels", "size", "per_pass"), [
+    ("conv4s", 1, 28, 83), ("conv4", 3, 84, 9)])  # 2^24 // (64 maps x size^2 x 4 bytes)
+def test_a_convnet_without_gradients_takes_the_batch_in_cache_sized_passes(name, channels, size,
+                                                                           per_pass):
+    """In eval mode without gradients on the CPU the batch goes through in passes whose first
+    feature maps fit ``EVAL_CHUNK_BYTES``, with each image's features as in one pass; in training
+    mode (BatchNorm's batch statistics) or with gradients it is one pass."""
+    torch.manual_seed(0)
+    net = BUILTIN[name](in_channels=channels, image_size=size)
+    passes = []
+    net.body.register_forward_hook(lambda module, args, out: passes.append(len(args[0])))
+    x = torch.randn(2 * per_pass + 3, channels, size, size)
+    net.train()
+    with torch.no_grad():
+        net(x)  # BatchNorm's running statistics move: the eval passes below use trained ones
+    assert passes == [len(x)]
+    net.eval()
+    whole = net(x).detach()  # gradients recorded: one pass
+    assert passes[1:] == [len(x)]
+    with torch.no_grad():
+        chunked = net(x)
+        assert passes[2:] == [per_pass, per_pass, 3]
+        torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
+        passes.clear()
+        net(x[:per_pass])
+        assert passes == [per_pass]  # a batch that fits: one pass

@@ -3,6 +3,13 @@
 ``conv4`` and ``conv4s`` are the four-block ConvNets of the few-shot literature (64 filters, 3x3,
 BatchNorm, ReLU, 2x2 max-pool): 1600-d on 84x84 images, 64-d on 28x28. ``resnet10`` and
 ``resnet18`` are torchvision's ResNet with its classifier removed (512-d).
+
+On the CPU, a ConvNet evaluating without gradients (a test episode, a validation prediction) takes
+the batch a few images at a time, so that the largest feature maps held at once
+(``EVAL_CHUNK_BYTES``) stay in the last-level cache; the whole episode's maps at once are several
+times larger than the cache and make the pass slower (card ``gp-scale.md``, session 14). Each
+image's features are the same either way (BatchNorm uses its running statistics in eval mode). In
+training mode, with gradients, or on a GPU, the batch is one pass.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+
+EVAL_CHUNK_BYTES = 16 * 2**20  # the best of the budgets measured for conv4 and conv4s (the card)
 
 
 class Backbone(nn.Module):
@@ -33,7 +42,7 @@ class ConvNet(Backbone):
             layers += [nn.Conv2d(in_channels if i == 0 else width, width, 3, padding=1),
                        nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
         self.body = nn.Sequential(*layers, nn.Flatten())
-        self.in_channels, self.image_size = in_channels, image_size
+        self.in_channels, self.image_size, self.width = in_channels, image_size, width
         self._probe()
 
     def _probe(self) -> None:
@@ -59,7 +68,13 @@ class ConvNet(Backbone):
         return self
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.body(x)
+        if self.training or torch.is_grad_enabled() or x.device.type != "cpu":
+            return self.body(x)  # BatchNorm's batch statistics, autograd, a GPU: one pass
+        first_maps = self.width * x.shape[-2] * x.shape[-1] * x.element_size()  # per image
+        chunk = max(1, EVAL_CHUNK_BYTES // first_maps)
+        if len(x) <= chunk:
+            return self.body(x)
+        return torch.cat([self.body(part) for part in x.split(chunk)])
 
 
 class ResNet(Backbone):
