@@ -8,8 +8,9 @@ On the CPU, a ConvNet evaluating without gradients (a test episode, a validation
 the batch a few images at a time, so that the largest feature maps held at once
 (``EVAL_CHUNK_BYTES``) stay in the last-level cache; the whole episode's maps at once are several
 times larger than the cache and make the pass slower (card ``gp-scale.md``, session 14). Each
-image's features are the same either way (BatchNorm uses its running statistics in eval mode). In
-training mode, with gradients, or on a GPU, the batch is one pass.
+image's features are the same either way (BatchNorm uses its running statistics in eval mode), up
+to float rounding where a pass holds a single image (the convolution then takes another kernel).
+In training mode, with gradients, or on a GPU, the batch is one pass.
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ class ConvNet(Backbone):
         if self.training or torch.is_grad_enabled() or x.device.type != "cpu":
             return self.body(x)  # BatchNorm's batch statistics, autograd, a GPU: one pass
         first_maps = self.width * x.shape[-2] * x.shape[-1] * x.element_size()  # per image
-        chunk = max(1, EVAL_CHUNK_BYTES // first_maps)
-        if len(x) <= chunk:
+        passes = -(-len(x) * first_maps // EVAL_CHUNK_BYTES)  # ceil
+        if passes <= 1:
             return self.body(x)
-        return torch.cat([self.body(part) for part in x.split(chunk)])
+        # parts of equal size (within one): no small remainder pass, and never a lone image
+        # when there are two or more (one image takes another convolution kernel)
+        return torch.cat([self.body(part) for part in x.tensor_split(passes)])
 
 
 class ResNet(Backbone):
