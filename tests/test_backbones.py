@@ -44,3 +44,27 @@ def test_a_convnet_without_gradients_takes_the_batch_in_cache_sized_passes(name,
         passes.clear()
         net(x[:fits])
         assert passes == [fits]  # a batch that fits: one pass
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 28, 28), (2, 4, 21, 21), (4, 10, 5), (1, 2, 7, 6)])
+def test_the_convnets_pooling_without_gradients_is_torchs_max_pool(shape, monkeypatch):
+    """``MaxPool2x2`` without a gradient to propagate gives ``max_pool2d``'s numbers exactly: odd
+    sizes floored, unbatched input, ties, zeros from a ReLU, NaN and infinities; with one, it is
+    ``max_pool2d`` itself (its gradient to the first maximum of each window)."""
+    from torch.nn.functional import max_pool2d
+
+    from zoo.backbones import MaxPool2x2
+
+    torch.manual_seed(0)
+    x = torch.relu(torch.randn(shape)).round(decimals=1)  # zeros and ties
+    x.view(-1)[[3, 40]] = torch.tensor([float("nan"), float("inf")])
+    pool = MaxPool2x2()
+    torchs = torch.nn.MaxPool2d.forward
+    with monkeypatch.context() as patch, torch.no_grad():
+        patch.setattr(torch.nn.MaxPool2d, "forward", None)  # the strided maxima, not torch's
+        assert torch.equal(pool(x).isnan(), max_pool2d(x, 2).isnan())
+        assert torch.equal(pool(x).nan_to_num(), max_pool2d(x, 2).nan_to_num())
+    assert torch.nn.MaxPool2d.forward is torchs
+    y = x.nan_to_num().requires_grad_()
+    expected = torch.autograd.grad(max_pool2d(y, 2).sum(), y)[0]
+    assert torch.equal(torch.autograd.grad(pool(y).sum(), y)[0], expected)

@@ -29,6 +29,24 @@ class Backbone(nn.Module):
     feature_dim: int
 
 
+class MaxPool2x2(nn.MaxPool2d):
+    """``nn.MaxPool2d(2)``. On the CPU, where no gradient will flow back through it, it is taken
+    as the larger of two strided halves of the rows, then of the columns: the same numbers (a
+    maximum is exact, NaN propagates in both) without torch's pooling kernel, which is several
+    times slower on an NCHW tensor (card ``gp-scale.md``, session 14). With a gradient to
+    propagate it is torch's (its backward sends each window's gradient to the first maximum)."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu" or (x.requires_grad and torch.is_grad_enabled()):
+            return super().forward(x)
+        x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # floor, as the module's
+        rows = torch.maximum(x[..., ::2, :], x[..., 1::2, :])
+        return torch.maximum(rows[..., ::2], rows[..., 1::2])
+
+
 class ConvNet(Backbone):
     """``depth`` blocks of conv 3x3 (padding 1), BatchNorm, ReLU, 2x2 max-pool; flattened.
 
@@ -41,7 +59,7 @@ class ConvNet(Backbone):
         layers: list[nn.Module] = []
         for i in range(depth):
             layers += [nn.Conv2d(in_channels if i == 0 else width, width, 3, padding=1),
-                       nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+                       nn.BatchNorm2d(width), nn.ReLU(inplace=True), MaxPool2x2()]
         self.body = nn.Sequential(*layers, nn.Flatten())
         self.in_channels, self.image_size, self.width = in_channels, image_size, width
         self._probe()
