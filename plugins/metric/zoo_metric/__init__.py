@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 import zoo
 from zoo import Episode, Method, Prediction
-from zoo.backbones import Backbone, ConvNet
+from zoo.backbones import Backbone, ConvNet, MaxPool2x2
 from zoo.errors import HyperParameterError
 from zoo.families.pretrained import ClassTable
 from zoo.hparams import HParam
@@ -180,7 +180,7 @@ class MatchingNet(Method):
 def _relation_block(in_channels: int, channels: int) -> nn.Sequential:
     """Sung et al.'s relation-module block: conv 3x3 (padding 1), BatchNorm, ReLU, 2x2 max-pool."""
     return nn.Sequential(nn.Conv2d(in_channels, channels, 3, padding=1), nn.BatchNorm2d(channels),
-                         nn.ReLU(inplace=True), nn.MaxPool2d(2))
+                         nn.ReLU(inplace=True), MaxPool2x2())
 
 
 class RelationNet(Method):
