@@ -68,3 +68,6 @@ def test_the_convnets_pooling_without_gradients_is_torchs_max_pool(shape, monkey
     y = x.nan_to_num().requires_grad_()
     expected = torch.autograd.grad(max_pool2d(y, 2).sum(), y)[0]
     assert torch.equal(torch.autograd.grad(pool(y).sum(), y)[0], expected)
+    # under vmap the input says requires_grad=False while the gradient flows: torch's kernel too
+    vmapped = torch.func.vmap(lambda row: pool(row * y).sum())(torch.ones(2, *shape))
+    assert torch.equal(torch.autograd.grad(vmapped.sum(), y)[0], 2 * expected)

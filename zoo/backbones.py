@@ -30,17 +30,19 @@ class Backbone(nn.Module):
 
 
 class MaxPool2x2(nn.MaxPool2d):
-    """``nn.MaxPool2d(2)``. On the CPU, where no gradient will flow back through it, it is taken
+    """``nn.MaxPool2d(2)``. On the CPU without gradients recorded (``torch.no_grad``) it is taken
     as the larger of two strided halves of the rows, then of the columns: the same numbers (a
     maximum is exact, NaN propagates in both) without torch's pooling kernel, which is several
-    times slower on an NCHW tensor (card ``gp-scale.md``, session 14). With a gradient to
-    propagate it is torch's (its backward sends each window's gradient to the first maximum)."""
+    times slower on an NCHW tensor (card ``gp-scale.md``, session 14). With gradients enabled it
+    is torch's, whose backward sends each window's gradient to its first maximum (not to every
+    tied one); ``requires_grad`` is not asked, since under ``torch.func.vmap`` it reads False
+    while gradients flow."""
 
     def __init__(self) -> None:
         super().__init__(2)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.device.type != "cpu" or (x.requires_grad and torch.is_grad_enabled()):
+        if x.device.type != "cpu" or torch.is_grad_enabled():
             return super().forward(x)
         x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # floor, as the module's
         rows = torch.maximum(x[..., ::2, :], x[..., 1::2, :])
