@@ -46,10 +46,11 @@ def _atomic(path: str | os.PathLike, write: Callable[[IO], None], mode: str = "w
 def sync_to_disk(path: str | os.PathLike) -> None:
     """Flush every write to the file system holding ``path`` to the disk (``syncfs`` on Linux,
     ``sync`` elsewhere), so that the files written so far survive a crash of the machine."""
-    if hasattr(os, "O_DIRECTORY") and _libc() is not None:
+    libc = c_library()
+    if hasattr(os, "O_DIRECTORY") and hasattr(libc, "syncfs"):
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            if _libc().syncfs(fd) == 0:
+            if libc.syncfs(fd) == 0:
                 return
         finally:
             os.close(fd)
@@ -57,13 +58,13 @@ def sync_to_disk(path: str | os.PathLike) -> None:
 
 
 @functools.cache
-def _libc() -> Any:
-    """The C library, where it has ``syncfs`` (Linux), else None."""
+def c_library() -> Any:
+    """This process's C library (loaded once; ``syncfs`` here, glibc's ``mallopt`` in
+    :mod:`zoo.runner.allocator`), or None where it cannot be loaded."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
-    return libc if hasattr(libc, "syncfs") else None
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

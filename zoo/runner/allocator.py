@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import logging
 import os
 import platform
 from collections.abc import Iterator
+
+from zoo.io import c_library
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,10 @@ def _set_thresholds(mmap: int, trim: int) -> bool:
 
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """glibc, or None on another C library."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    """glibc, or None on another C library (``platform.libc_ver`` reads the interpreter's file:
+    asked once)."""
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    return c_library() if glibc else None
 
 
 def malloc_setting() -> str:
