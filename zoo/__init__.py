@@ -10,17 +10,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from zoo.api import episodes, load_results, run_suite, train_and_evaluate
     from zoo.episode import Episode, EpisodeSampler
     from zoo.hookspecs import hookimpl
     from zoo.hparams import HParam
     from zoo.method import Method, Prediction, build_method
 
 __version__ = "0.1.0"
-__all__ = ["Episode", "EpisodeSampler", "HParam", "Method", "Prediction", "build_method", "hookimpl"]
+__all__ = ["Episode", "EpisodeSampler", "HParam", "Method", "Prediction", "build_method", "episodes",
+           "hookimpl", "load_results", "run_suite", "train_and_evaluate"]
 
 _HOMES = {"Episode": "zoo.episode", "EpisodeSampler": "zoo.episode", "HParam": "zoo.hparams",
           "Method": "zoo.method", "Prediction": "zoo.method", "build_method": "zoo.method",
-          "hookimpl": "zoo.hookspecs"}
+          "hookimpl": "zoo.hookspecs", "episodes": "zoo.api", "load_results": "zoo.api",
+          "run_suite": "zoo.api", "train_and_evaluate": "zoo.api"}
 
 
 def __getattr__(name: str) -> Any:

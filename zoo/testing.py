@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -344,6 +345,29 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def check_data_object(data: Any, kind: str, name: str) -> Any:
+    """What the runner needs of every task kind's data object, whatever its kind: ``splits`` (split
+    name -> a sized collection; ``val``, when present and non-empty, selects the model) and
+    ``to(device)`` returning the data object (the runner keeps what it returns). Returns
+    ``data.to("cpu")``."""
+    splits = getattr(data, "splits", None)
+    assert isinstance(splits, Mapping) and splits, (
+        f"{kind}: data set {name!r} has no `splits` mapping ({splits!r}); give it "
+        "`splits = {'train': ..., 'val': ..., 'test': ...}` (split name -> a sized collection)")
+    for split, members in splits.items():
+        assert hasattr(members, "__len__"), (
+            f"{kind}: data set {name!r}: splits[{split!r}] is {members!r}; the runner takes its "
+            "len() to know whether the split is there: give a tuple or list")
+    assert callable(getattr(data, "to", None)), (
+        f"{kind}: data set {name!r} has no `to(device)`; the runner moves every data set with "
+        "data.to(device): return the data set on that device (or self, if nothing moves)")
+    moved = data.to("cpu")
+    assert moved is not None and isinstance(moved, type(data)), (
+        f"{kind}: data set {name!r}: to('cpu') returned {moved!r}; the runner uses what it "
+        f"returns, so return the data set (a {type(data).__name__})")
+    return moved
+
+
 def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     """Conformance of task kind ``kind`` (a registered :class:`zoo.tasks.Task`) run with ``method``
     on ``dataset``, through the kind's own functions as the runner calls them; ``settings`` are
@@ -361,7 +385,7 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
         "train_episodes": 1, "val_episodes": 1, "test_episodes": 2, **settings}}, "check_task")
     cell = expand_cells(suite, [method], reg)[0]
     base, options = parse_spec(dataset)
-    data = load_dataset(base, **options)
+    data = check_data_object(load_dataset(base, **options), kind, dataset)
     task.check_data(data, dataset)
     count, get = task.test_episodes(data, cell.shape, cell.seed, cell.test_episodes)
     assert count >= 1, f"{kind}: no test episodes for {dataset}"
@@ -378,6 +402,10 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     json_line(record)  # records go to episodes.jsonl
     summary = task.summarise([record, record])
     assert isinstance(summary, dict) and summary, f"{kind}: summarise gave {summary!r}"
+    missing = {"test_episodes", "eval_seconds_per_episode"} - set(summary)
+    assert not missing, (f"{kind}: summarise gave no {', '.join(sorted(missing))}; the runner "
+                         "prints them for every cell (the count of records, and the mean of "
+                         "their 'seconds', which the runner adds to each record)")
     value = task.selection_value([record])
     assert math.isfinite(value), f"{kind}: selection value {value} of a valid record is not finite"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from zoo.testing import check_task
@@ -25,3 +27,45 @@ def test_data_of_another_kind_is_refused_naming_what_the_suite_needs():
     with pytest.raises(EpisodeError, match="'glyphs' is not a function family; a regression suite "
                                            "needs one such as sinusoid"):
         regression.check_data(load_dataset("glyphs"), "glyphs")
+
+
+class _Splits:
+    splits = {"test": (0,)}
+
+    def to(self, device):
+        return self
+
+
+def test_check_data_object_refuses_what_the_runner_cannot_use():
+    from zoo.testing import check_data_object
+
+    good = _Splits()
+    assert check_data_object(good, "k", "d") is good
+
+    class NoSplits(_Splits):
+        splits = None
+
+    class BadSplit(_Splits):
+        splits = {"test": 0}
+
+    class NoTo:
+        splits = {"test": (0,)}
+
+    class ToNothing(_Splits):
+        def to(self, device):  # moves in place and forgets to return it
+            return None
+
+    for bad, words in ((NoSplits(), "no `splits`"), (BadSplit(), "len()"),
+                       (NoTo(), "no `to(device)`"), (ToNothing(), "returned None")):
+        with pytest.raises(AssertionError, match=re.escape(words)):
+            check_data_object(bad, "k", "d")
+
+
+def test_check_task_asks_summarise_for_what_the_runner_prints(monkeypatch):
+    from zoo.tasks.regression import Regression
+
+    original = Regression.summarise
+    monkeypatch.setattr(Regression, "summarise", lambda self, records: {
+        k: v for k, v in original(self, records).items() if k != "eval_seconds_per_episode"})
+    with pytest.raises(AssertionError, match="eval_seconds_per_episode"):
+        check_task("regression", "constant", "sinusoid", context_sizes=[3])
