@@ -9,7 +9,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 OUT    ?= results/bench-$(shell date +%Y%m%d-%H%M%S)
 WORKERS ?= 2
 
-.PHONY: venv test bench lint constraints clean
+.PHONY: venv test bench lint docs constraints clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,9 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict   # the site, into build/site
 
 constraints: $(STAMP)
 	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^zoo'; } > constraints.tmp

@@ -84,3 +84,9 @@ def test_episodes_are_the_samplers_episodes():
     a, b = sampler[5], zoo.episodes("glyphs", way=3, shot=2, query=1, split="val", seed=4)[5]
     assert a.id == b.id and bool((a.support_x == b.support_x).all())
     assert tuple(a.support_x.shape[:1]) == (6,) and a.support_y.tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_python_m_zoo_cli_has_every_sub_command():
+    done = subprocess.run([sys.executable, "-m", "zoo.cli", "report", "--help"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "--format" in done.stdout, done.stderr

@@ -142,4 +142,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m zoo.cli``: this file runs as ``__main__``, but the sub-commands register into
+    # the module ``zoo.cli`` (zoo.runner.cli imports it): run that module's parser
+    from zoo.cli import main as package_main
+
+    sys.exit(package_main())
