@@ -10,7 +10,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from zoo.api import episodes, load_results, run_suite, train_and_evaluate
     from zoo.episode import Episode, EpisodeSampler
     from zoo.hookspecs import hookimpl
     from zoo.hparams import HParam
@@ -22,8 +21,11 @@ __all__ = ["Episode", "EpisodeSampler", "HParam", "Method", "Prediction", "build
 
 _HOMES = {"Episode": "zoo.episode", "EpisodeSampler": "zoo.episode", "HParam": "zoo.hparams",
           "Method": "zoo.method", "Prediction": "zoo.method", "build_method": "zoo.method",
-          "hookimpl": "zoo.hookspecs", "episodes": "zoo.api", "load_results": "zoo.api",
-          "run_suite": "zoo.api", "train_and_evaluate": "zoo.api"}
+          "hookimpl": "zoo.hookspecs",
+          # the Python API (zoo.api) sits above the runner: it is named here for users and
+          # imported on first use only, so the layers below it (which import zoo) never load it
+          "episodes": "zoo.api", "load_results": "zoo.api", "run_suite": "zoo.api",
+          "train_and_evaluate": "zoo.api"}
 
 
 def __getattr__(name: str) -> Any:
