@@ -20,6 +20,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+__all__ = ["BUILTIN", "MLP", "Backbone", "ConvNet", "MaxPool2x2", "ResNet", "conv4", "conv4s", "mlp",
+           "resnet10", "resnet18", "use_batch_statistics"]
+
 EVAL_CHUNK_BYTES = 16 * 2**20  # the best of the budgets measured for conv4 and conv4s (the card)
 
 

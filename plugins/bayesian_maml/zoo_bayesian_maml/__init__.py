@@ -56,12 +56,9 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 import zoo
-from zoo import Episode, Prediction
+from zoo import Episode, HParam, Prediction, check_finite, draw_seed, manual_seed
 from zoo.backbones import Backbone
-from zoo.errors import check_finite
-from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
-from zoo.hparams import HParam
-from zoo.method import draw_seed, manual_seed
+from zoo.families import DIVERGED, InnerLoopMethod, published_with_steps
 
 
 class WeightSpaceMethod(InnerLoopMethod):

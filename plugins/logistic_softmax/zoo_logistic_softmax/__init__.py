@@ -39,12 +39,16 @@ import torch
 from torch import Tensor
 
 import zoo
-from zoo import Episode, Prediction
-from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, SitePosterior, prior_draws
-from zoo.hparams import HParam
-from zoo.method import episode_generator
-from zoo.polyagamma import augmented_log_marginal, device_generator, polyagamma_mean, sample_polyagamma
+from zoo import Episode, HParam, Prediction, device_generator, episode_generator
+from zoo.families import GPMethod
+from zoo.inference import (
+    DTYPE,
+    SitePosterior,
+    augmented_log_marginal,
+    polyagamma_mean,
+    prior_draws,
+    sample_polyagamma,
+)
 
 LOG2 = float(torch.log(torch.tensor(2.0)))
 

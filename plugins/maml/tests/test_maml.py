@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 from zoo_maml import ANIL, FOMAML, MAML, MetaSGD
 
-from zoo import Episode
-from zoo.errors import HyperParameterError
+from zoo import Episode, HyperParameterError
 from zoo.testing import TanhBackbone, build_for_tests, check_method, tiny_episode, toy_episode
 
 

@@ -25,15 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode, Prediction
+from zoo import Episode, Prediction, check_finite
 from zoo.backbones import Backbone
-from zoo.errors import check_finite
-from zoo.families.inner_loop import (
-    DIVERGED,
-    InnerLoopMethod,
-    learn2learn_algorithms,
-    published_with_steps,
-)
+from zoo.families import DIVERGED, InnerLoopMethod, learn2learn_algorithms, published_with_steps
 
 if TYPE_CHECKING:
     import learn2learn as l2l

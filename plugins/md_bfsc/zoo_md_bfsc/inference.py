@@ -23,16 +23,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from zoo.errors import NumericalError
-from zoo.gp import SitePosterior
-from zoo.gram import Gram, dense
-from zoo.jitter import DEFAULT_JITTER, JitterPolicy
-from zoo.variational import (
+from zoo import NumericalError
+from zoo.inference import (
+    DEFAULT_JITTER,
     Expectations,
     FullGaussianPosterior,
+    Gram,
+    JitterPolicy,
     Likelihood,
     Posterior,
+    SitePosterior,
     WhitenedPosterior,
+    dense,
     elbo,
     mean_parameter_gradient,
 )

@@ -76,14 +76,21 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 import zoo
-from zoo import Episode, Prediction
-from zoo.errors import HyperParameterError
-from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, prior_draws, shared
-from zoo.gram import FeatureGram, Gram, choose_route, dense
-from zoo.hparams import HParam
-from zoo.method import episode_generator
-from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
+from zoo import Episode, HParam, HyperParameterError, Prediction, device_generator, episode_generator
+from zoo.families import GPMethod
+from zoo.inference import (
+    DTYPE,
+    FeatureGram,
+    FeatureSitePosterior,
+    Gram,
+    SitePosterior,
+    augmented_log_marginal,
+    choose_route,
+    dense,
+    prior_draws,
+    sample_polyagamma,
+    shared,
+)
 from zoo_ove.weights import ClassWeights, WeightPosterior, inverse_costs, predictive_costs
 
 QUADRATURE_ELEMENTS = 2**24

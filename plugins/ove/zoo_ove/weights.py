@@ -43,8 +43,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
-from zoo.jitter import JitterPolicy
+from zoo.inference import JitterPolicy, pack_symmetric, packed_outer, unpack_symmetric
 
 
 def inverse_costs(points: int, way: int, rank: int) -> tuple[float, float]:
