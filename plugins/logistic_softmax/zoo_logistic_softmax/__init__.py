@@ -4,7 +4,7 @@ Augmentation (Galy-Fajou, Wenzel, Donner & Opper, UAI 2020): ``1 / sum_c sigmoid
 exp(-lam sum_c sigmoid(g_c)) dlam``, ``exp(-lam sigmoid(g)) = sum_n Po(n | lam) sigmoid(-g)^n`` and
 ``sigmoid(g)^y sigmoid(-g)^n = 2^-(y+n) exp((y - n) g / 2) E_{PG(y+n, 0)}[exp(-w g^2 / 2)]`` with
 ``g = f / tau``. Given ``(w, n)`` each class GP has Gaussian sites, precision ``w / tau^2`` and
-natural mean ``(y - n) / (2 tau)``: the core's :class:`~zoo.gp.SitePosterior`.
+natural mean ``(y - n) / (2 tau)``: the core's :class:`~zoo.inference.SitePosterior`.
 
 Two inference forms (hyper-parameter ``inference``):
 

@@ -13,7 +13,7 @@
 
 Pre-training from episodes: the two pre-trained baselines train their backbone as an ordinary
 classifier over the training classes through the core's class table
-(:class:`zoo.families.pretrained.ClassTable`).
+(:class:`zoo.families.ClassTable`).
 """
 
 from __future__ import annotations
