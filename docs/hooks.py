@@ -7,6 +7,8 @@ drift from it.
 - ``<!-- zoo:hparams PACKAGE -->``: a table of every hyper-parameter of every method that
   ``PACKAGE`` registers, from their :class:`zoo.HParam` declarations; a registered method that no
   page lists this way is a build warning (so a strict build fails).
+- ``<!-- zoo:reference -->``: the public API, exactly: the ``__all__`` of ``zoo`` and of each
+  module in ``zoo.PUBLIC_MODULES``, for mkdocstrings to render from the docstrings.
 - ``<!-- zoo:names PACKAGE -->``: the names of those methods, for the methods' index.
 - ``<!-- zoo:docstring MODULE -->``: a module's docstring, as the method pages' "what the zoo
   implements".
@@ -87,6 +89,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             return cli_reference()
         if kind == "hparams":
             return hparams_tables(arg)
+        if kind == "reference":
+            return api_reference()
         if kind == "names":
             return ", ".join(f"`{n}`" for n in _methods_of(arg))
         if kind == "docstring":
@@ -151,6 +155,26 @@ def module_docstring(module: str) -> str:
     text = ast.get_docstring(ast.parse(Path(spec.origin).read_text())) or ""
     text = ROLE.sub(lambda m: f"``{m.group(1)}``", text)
     return text.replace("\n* ", "\n- ")
+
+
+def api_reference() -> str:
+    """A section per public module with its ``__all__``; the Python API (``zoo.api``, whose names
+    ``zoo`` exports lazily) gets its own section first."""
+    import importlib
+
+    import zoo
+
+    api = [n for n in zoo.__all__ if zoo._HOMES.get(n) == "zoo.api"]
+    out = [_section("The Python API", "zoo.api", api)]
+    for module in zoo.PUBLIC_MODULES:
+        names = [n for n in importlib.import_module(module).__all__ if n not in api]
+        out.append(_section(f"`{module}`", module, names))
+    return "\n".join(out)
+
+
+def _section(title: str, module: str, members: list[str]) -> str:
+    return (f"## {title}\n\n::: {module}\n    options:\n      show_root_heading: false\n"
+            f"      members: [{', '.join(members)}]\n")
 
 
 def cli_reference() -> str:

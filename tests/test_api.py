@@ -1,4 +1,4 @@
-"""The Python API (``zoo.run_suite``, ``zoo.train_and_evaluate``, ``zoo.episodes``,
+"""The Python API (``zoo.bench``, ``zoo.train_and_evaluate``, ``zoo.episodes``,
 ``zoo.load_results``): thin layers over the runner that give what the commands give."""
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ def test_load_results_gives_records_without_torch(trained):
 
 
 @pytest.mark.slow
-def test_run_suite_takes_a_suite_as_a_dict(tmp_path):
+def test_bench_takes_a_suite_as_a_dict(tmp_path):
     suite = {"suite": {"methods": ["protonet"], "train_datasets": ["glyphs"], "ways": [2],
                        "shots": [1], **TOY}, "methods": {"protonet": {"lr": 0.002}}}
-    table = zoo.run_suite(suite, tmp_path / "r", device="cpu", settings={"seeds": [0, 1]})
+    table = zoo.bench(suite, tmp_path / "r", device="cpu", settings={"seeds": [0, 1]})
     assert list(table["seeds"]) == [2]
     line = json.loads((tmp_path / "r" / "results.jsonl").read_text().splitlines()[0])
     assert line["hparams"]["lr"] == 0.002

@@ -4,6 +4,7 @@ run through a tiny ``zoo bench``: the method beside ProtoNet, and the new task k
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -38,6 +39,19 @@ def test_the_guide_names_a_complete_distribution():
     for needed in ("[build-system]", "version = ", 'name = "zoo-my-plugin"',
                    '[project.entry-points."zoo.plugins"]'):
         assert needed in pyproject, needed
+
+
+def test_the_guide_imports_only_the_public_api(tmp_path):
+    spec = importlib.util.spec_from_file_location("public_api", GUIDE.parents[1] / "tests" /
+                                                  "test_public_api.py")
+    public_api = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(public_api)
+    bad = []
+    for rel, text in guide_files().items():
+        if rel.endswith(".py"):
+            (tmp_path / "f.py").write_text(text)
+            bad += public_api.outside_the_surface(tmp_path / "f.py", rel)
+    assert not bad, "the plugin guide imports outside the public API:\n" + "\n".join(bad)
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 episodes, read a results folder as a table.
 
 Each function is a thin layer over the runner and does what the matching command does, with the
-same results folder: :func:`run_suite` is ``zoo bench``, :func:`train_and_evaluate` a one-cell
+same results folder: :func:`bench` is ``zoo bench``, :func:`train_and_evaluate` a one-cell
 ``zoo bench``, :func:`load_results` reads what ``zoo report`` reads. Settings are given as Python
 values (``{"ways": [5], "maml.inner_steps": 1}``), not as ``--set`` strings.
 """
@@ -48,12 +48,14 @@ def as_sets(settings: Mapping[str, Any] | None) -> list[str]:
     return [f"{key}={toml_literal(value)}" for key, value in (settings or {}).items()]
 
 
-def run_suite(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike = "results/notebook",
+def bench(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike = "results/notebook",
               *, methods: Sequence[str] | None = None, settings: Mapping[str, Any] | None = None,
               device: str = "auto", workers: int = 1, executor: str = "local",
               address: str | None = None, data_dir: str | None = None, force: bool = False,
               progress: bool = False) -> Any:
-    """Run a suite into the results folder ``out`` and return its table (:func:`load_results`).
+    """Run a suite into the results folder ``out`` and return its table (:func:`load_results`):
+    what ``zoo bench`` does (:func:`zoo.runner.run_suite`, which returns the run's outcome
+    instead).
 
     :param suite: a registered suite's name (``zoo suites``), or a suite as a dict with the
         tables of a suite file (``{"suite": {...}, "methods": {...}}``).
@@ -71,13 +73,13 @@ def run_suite(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike =
     :raises ZooError: when a cell failed (after writing the report of the others): the message
         names each failed cell and its ``error.txt``; running again retries them.
     """
-    from zoo.runner.bench import run_suite as run
+    from zoo.runner.bench import run_suite
     from zoo.runner.report import write_report
     from zoo.runner.suite import suite_from_dict
 
     if isinstance(suite, Mapping):
-        suite = suite_from_dict("notebook", suite, "zoo.run_suite")
-    outcome = run(suite, out=Path(out), data_dir=data_dir, device=device, executor=executor,
+        suite = suite_from_dict("notebook", suite, "zoo.bench")
+    outcome = run_suite(suite, out=Path(out), data_dir=data_dir, device=device, executor=executor,
                   address=address, workers=workers, methods=methods, sets=as_sets(settings),
                   force=force, progress=progress)
     if outcome.cells:
@@ -98,7 +100,7 @@ def train_and_evaluate(method: str, dataset: str = "glyphs", way: int = 5, shot:
     """Meta-train one classification method on ``dataset`` and score it on the test episodes of
     ``dataset`` (or of each of ``test_datasets``); return the table of those rows.
 
-    This is a one-cell suite run by :func:`run_suite`: the results folder ``out`` is the same as
+    This is a one-cell suite run by :func:`bench`: the results folder ``out`` is the same as
     ``zoo bench`` writes, so ``zoo report out`` reads it and a second call resumes.
 
     :param hparams: the method's hyper-parameters (``{"temperature": 5}``), checked against its
@@ -111,7 +113,7 @@ def train_and_evaluate(method: str, dataset: str = "glyphs", way: int = 5, shot:
                        "train_datasets": [dataset], "test_datasets": list(test_datasets),
                        "ways": [way], "shots": [shot], "seeds": [seed], **settings},
              "methods": {method: dict(hparams or {})}}
-    return run_suite(suite, out, device=device, data_dir=data_dir, progress=progress)
+    return bench(suite, out, device=device, data_dir=data_dir, progress=progress)
 
 
 def episodes(dataset: str | Any, way: int = 5, shot: int = 1, query: int = 15, *,
