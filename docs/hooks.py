@@ -50,14 +50,14 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    for path in sorted(CARDS.iterdir()):
-        if path.suffix in (".md", ".png", ".svg", ".jpg"):
-            files.append(File(f"cards/{path.name}", str(CARDS.parent), config["site_dir"],
-                              config["use_directory_urls"]))
+    for path in sorted(CARDS.rglob("*")):
+        if path.suffix in (".md", ".png", ".svg", ".jpg", ".jpeg", ".gif"):
+            files.append(File(path.relative_to(CARDS.parent).as_posix(), str(CARDS.parent),
+                              config["site_dir"], config["use_directory_urls"]))
     return files
 
 
-def _card_links(markdown: str, page: Any, files: Files) -> str:
+def _card_links(markdown: str, page: Any) -> str:
     """A card's relative link to a repository file that is not on the site becomes the file's
     path in code; a link to nothing is left for MkDocs to report."""
 
@@ -66,11 +66,12 @@ def _card_links(markdown: str, page: Any, files: Files) -> str:
         if bang or re.match(r"[a-z]+:|#|/", target):
             return m.group(0)
         path = target.split("#", 1)[0]
-        if files.get_file_from_path(f"cards/{path}") is not None or path.endswith(".md"):
-            return m.group(0)
-        where = (CARDS / path).resolve()
-        if not where.exists():
-            return m.group(0)
+        here = (ROOT / "benchmarks" / page.file.src_uri).parent  # the card's folder
+        where = (here / path).resolve()
+        if where.is_relative_to(CARDS) and (where.suffix == ".md" or where.is_file()):
+            return m.group(0)  # a card or a file of the site: MkDocs checks it
+        if not (where.is_relative_to(ROOT) and where.exists()):
+            return m.group(0)  # a link to nothing: MkDocs reports it
         rel = where.relative_to(ROOT).as_posix()
         return f"{text} (`{rel}`)" if text.strip("`") != rel else f"`{rel}`"
 
@@ -81,7 +82,7 @@ def _card_links(markdown: str, page: Any, files: Files) -> str:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     if page.file.src_uri.startswith("cards/"):
-        markdown = _card_links(markdown, page, files)
+        markdown = _card_links(markdown, page)
 
     def expand(m: re.Match) -> str:
         kind, arg = m.groups()

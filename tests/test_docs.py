@@ -10,12 +10,14 @@ an error, so a new block cannot go unchecked.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tomllib
@@ -66,6 +68,19 @@ def test_toml_blocks_parse_and_suites_expand():
                 assert expand_cells(suite, methods, registry()), f"{page}: the suite has no cell"
             checked += 1
     assert checked
+
+
+def test_cards_links_to_repository_files_become_their_paths():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="cards/quick.md"))
+    text = ("[the suite](../suites/quick.toml), [a card](dkt.md), [gone](../suites/nothing.toml), "
+            "![a figure](dkt.png), [the README](../../README.md), [web](https://example.org)")
+    assert hooks._card_links(text, page) == (
+        "the suite (`benchmarks/suites/quick.toml`), [a card](dkt.md), "
+        "[gone](../suites/nothing.toml), ![a figure](dkt.png), the README (`README.md`), "
+        "[web](https://example.org)")
 
 
 def test_the_readme_is_short_and_its_links_resolve():
