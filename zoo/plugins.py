@@ -182,7 +182,7 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
     pm.add_hookspecs(hookspecs)
     reg = Registry()
 
-    core = PluginRecord("zoo", "zoo", _version("zoo"))
+    core = PluginRecord("zoo", hookspecs.DISTRIBUTION, _version(hookspecs.DISTRIBUTION))
     reg.plugins.append(core)
     staged_core = reg.stage(pm, builtins, core)
     if staged_core is None:
