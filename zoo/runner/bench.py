@@ -27,6 +27,7 @@ from zoo.runner.suite import (
     apply_overrides,
     is_setting,
     load_suite,
+    missing_methods,
     select_methods,
 )
 from zoo.spec import parse_spec
@@ -72,9 +73,16 @@ def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[st
     setting_sets = [s for s in sets if is_setting(suite, s)]
     suite = apply_overrides(suite, setting_sets, [], registry)
     methods = [] if suite.settings["entry"] else select_methods(suite, only, registry)
+    missing = {} if suite.settings["entry"] or only else missing_methods(suite, registry)
+    if missing:
+        by_distribution: dict[str, list[str]] = defaultdict(list)
+        for method, distribution in missing.items():
+            by_distribution[distribution].append(method)
+        log.warning("suite %s: skipping methods that are not installed: %s", name, "; ".join(
+            f"{', '.join(ms)} (pip install {d})" for d, ms in sorted(by_distribution.items())))
     suite = apply_overrides(suite, [s for s in sets if s not in setting_sets], methods, registry)
     if not suite.settings["entry"] and not methods:
-        raise SuiteError(f"suite {name!r} selects no method; install a method plugin "
+        raise SuiteError(f"{suite.where} selects no installed method; install a method plugin "
                          "(zoo methods lists the installed ones)")
     return suite, methods
 
