@@ -295,6 +295,11 @@ def registry() -> Registry:
     return _REGISTRY
 
 
+def loaded_registry() -> Registry | None:
+    """The process-wide registry if it is loaded already, else ``None`` (nothing is loaded)."""
+    return _REGISTRY
+
+
 def load_dataset(name: str, data_dir=None, download: bool = True, **options: Any) -> Any:
     """Build a registered data set by name (built-in or from a plugin)."""
     return registry().get("datasets", name)(data_dir=data_dir, download=download, **options)

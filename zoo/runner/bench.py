@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.cells import Cell, expand_cells
-from zoo.runner.executors import LocalExecutor, RayExecutor
+from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, RayExecutor
 from zoo.runner.storage import Results
 from zoo.runner.suite import (
     Suite,
@@ -142,9 +142,11 @@ def _code(result: dict[str, Any]) -> str:
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
-              force: bool = False, progress: bool = True, registry: Any = None) -> BenchOutcome:
+              force: bool = False, progress: bool = True, registry: Any = None,
+              threads: int | str = DEFAULT_THREADS) -> BenchOutcome:
     """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed.
-    ``registry``: the plugin registry (default: this process's)."""
+    ``threads``: intra-op threads per unit (``"auto"``: the cores shared among ``workers``), which
+    each result records. ``registry``: the plugin registry (default: this process's)."""
     if executor not in ("local", "ray"):
         raise UnknownNameError("executor", executor, ["local", "ray"])
     if registry is None:
@@ -203,9 +205,9 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                 tqdm.write(line, file=sys.stderr)
 
         if executor == "ray":
-            runner: Any = RayExecutor(out, data_dir, device, workers, address)
+            runner: Any = RayExecutor(out, data_dir, device, workers, address, threads)
         else:
-            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets)
+            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads)
         try:
             runner.run(list(units.values()), on_done)
         finally:
