@@ -56,16 +56,14 @@ def test_plugins_verbose_names_everything(cache):
 
 def test_an_entry_suite_is_not_called_a_task_kind(cache):
     rows = {r["name"]: r for r in json.loads(zoo(cache, "suites", "--json"))}
-    assert rows["np-bo"]["task"] == "entry zoo.bayesopt:run"
+    assert rows["np-bo"]["task"] == "entry" and rows["np-bo"]["entry"] == "zoo.bayesopt:run"
     assert rows["quick"]["task"] == "classification"
 
 
-def test_a_description_is_a_whole_sentence():
-    assert listing.first_sentence("Lines a x + b.\nOr sinusoids, on [-5, 5],\nnoise 0.3. More.") \
-        == "Lines a x + b."
-    assert listing.first_sentence("One line that wraps\nover two.\n\nA second paragraph.") \
-        == "One line that wraps over two."
-    assert listing.first_sentence(None) == "-"
+def test_a_description_is_whole_sentences():
+    doc = "MNIST as Jones et al.\nuse it; 64 pixels in [0, 1],\nscaled.\n\nMore."
+    assert listing.first_paragraph(doc) == "MNIST as Jones et al. use it; 64 pixels in [0, 1], scaled."
+    assert listing.first_paragraph(None) == "-"
 
 
 def test_the_fingerprint_follows_what_is_installed(tmp_path, monkeypatch):

@@ -96,14 +96,10 @@ def _source_files(module: str) -> list[Path]:
     return [Path(spec.origin)] if spec.origin and Path(spec.origin).is_file() else []
 
 
-def first_sentence(doc: str | None) -> str:
-    """The first sentence of a docstring's first paragraph, on one line (``-`` if none)."""
-    paragraph = " ".join((doc or "").strip().split("\n\n")[0].split())
-    for end in (". ", "; "):
-        if end in paragraph:
-            paragraph = paragraph.split(end, 1)[0] + end.strip()
-            break
-    return paragraph or "-"
+def first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph on one line (``-`` if none): whole sentences, where its first
+    physical line may stop in the middle of one."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split()) or "-"
 
 
 def compute() -> dict[str, list[dict[str, Any]]]:
@@ -118,19 +114,20 @@ def compute() -> dict[str, list[dict[str, Any]]]:
         suite = load_suite(name, reg)
         entry = suite.settings["entry"]
         suites.append({"name": name, "plugin": reg.owner("suites", name),
-                       "task": f"entry {entry}" if entry else suite.settings["task"],
-                       "source": suite.source, "description": suite.settings["description"]})
+                       "task": "entry" if entry else suite.settings["task"],
+                       "description": suite.settings["description"], "source": suite.source,
+                       **({"entry": entry} if entry else {})})
     return {
         "plugins": [r.to_json() for r in reg.plugins],
         "datasets": [{"name": n, "plugin": reg.owner("datasets", n),
-                      "about": first_sentence(reg.get("datasets", n).__doc__)}
+                      "about": first_paragraph(reg.get("datasets", n).__doc__)}
                      for n in reg.names("datasets")],
         "methods": [{"name": n, "plugin": reg.owner("methods", n), "task": cls.task,
                      "defaults": cls.all_defaults(), "hparams": cls.describe_hparams()}
                     for n, cls in methods],
         "tasks": [{"name": n, "plugin": reg.owner("tasks", n), "settings": dict(task.settings),
                    "methods": sorted(m for m, c in methods if getattr(c, "task", None) == n),
-                   "about": first_sentence(type(task).__doc__)}
+                   "about": first_paragraph(type(task).__doc__)}
                   for n, task in sorted(reg.items("tasks").items())],
         "suites": suites,
     }

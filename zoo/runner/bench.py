@@ -143,10 +143,13 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
               force: bool = False, progress: bool = True, registry: Any = None,
-              threads: int | str = DEFAULT_THREADS) -> BenchOutcome:
+              threads: int | str = DEFAULT_THREADS,
+              tensorboard: Path | None = None) -> BenchOutcome:
     """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed.
     ``threads``: intra-op threads per unit (``"auto"``: the cores shared among ``workers``), which
-    each result records. ``registry``: the plugin registry (default: this process's)."""
+    each result records. ``tensorboard``: a folder to write each training's curve into
+    (:mod:`zoo.runner.tensorboard`). ``registry``: the plugin registry (default: this
+    process's)."""
     if executor not in ("local", "ray"):
         raise UnknownNameError("executor", executor, ["local", "ray"])
     if registry is None:
@@ -154,6 +157,10 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
 
         registry = process_registry()
     device = resolve_device(device, remote=executor == "ray" and address is not None)
+    if tensorboard is not None:
+        from zoo.runner import tensorboard as board
+
+        board.check_available()
     suite, method_names = prepare_suite(name, sets, methods, registry)
     if suite.settings["entry"]:
         run_entry(suite, out, data_dir, device)
@@ -191,10 +198,18 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                    disable=not progress, file=sys.stderr)
         started = time.perf_counter()
 
+        by_hash = {c.hash: c for c in cells}
+        boarded: set[str] = set()
+
         def on_done(unit_outcomes: list[Outcome]) -> None:
             for o in unit_outcomes:
                 if o.result is not None:
                     results.add_result(o.result)
+                    cell = by_hash[o.cell_hash]
+                    if tensorboard is not None and cell.train_hash not in boarded:
+                        boarded.add(cell.train_hash)
+                        board.write_training(tensorboard, f"{cell.method}/{cell.train_hash[:12]}",
+                                             results.cell_dir(o.cell_hash) / "training.json")
                     outcome.finished.append(o)
                     task = registry.get("tasks", o.result.get("task", "classification"))
                     line = f"done   {o.label}: {task.done_line(o.result)}"

@@ -52,6 +52,9 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
                 "selected method that has it (repeatable); a list setting takes a TOML list or "
                 "comma-separated values: --set test_datasets=glyphs,digits --set ways=5,20")
     p.add_argument("--force", action="store_true", help="recompute the suite's cells")
+    p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                   help="write each training's curve (loss, validation score) to TensorBoard "
+                   "under DIR (needs the tensorboard extra)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -68,7 +71,8 @@ def bench_cmd(args: argparse.Namespace) -> int:
     outcome = run_suite(args.suite, out=out, data_dir=args.data_dir, device=args.device,
                         executor=args.executor, address=args.address, workers=args.workers,
                         methods=methods, sets=args.sets, force=args.force,
-                        progress=not args.no_progress, threads=args.threads)
+                        progress=not args.no_progress, threads=args.threads,
+                        tensorboard=args.tensorboard)
     if not outcome.cells:
         print(f"experiment written to {out}")
         return 0
@@ -282,7 +286,11 @@ def report_cmd(args: argparse.Namespace) -> int:
 
 @command("suites", _listing_args)
 def suites_cmd(args: argparse.Namespace) -> int:
-    """List benchmark suites (built-in and from plugins); ``zoo bench PATH.toml`` runs a suite file."""
+    """List benchmark suites (built-in and from plugins; an entry suite runs its own experiment
+    function). zoo bench PATH.toml runs a suite file."""
     from zoo.listing import listings
 
-    return print_rows(listings()["suites"], args.json, args.detail)
+    rows = listings()["suites"]
+    if not (args.json or args.detail):  # where each comes from: -v
+        rows = [{k: r[k] for k in ("name", "plugin", "task", "description")} for r in rows]
+    return print_rows(rows, args.json, args.detail)
