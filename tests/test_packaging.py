@@ -85,3 +85,14 @@ def test_the_learn2learn_recipe_is_the_one_the_plugins_print():
     script = (ROOT / "tools" / "install-learn2learn.sh").read_text()
     for step in LEARN2LEARN_INSTALL.split(" && "):
         assert step.replace("pip install ", '-m pip install "$@" ') in script, step
+
+
+def test_a_missing_learn2learn_is_an_error_with_the_command(monkeypatch):
+    from zoo.families import inner_loop
+
+    inner_loop.require_learn2learn("bayes-meta-zoo-maml")  # installed here: nothing happens
+    monkeypatch.setattr(inner_loop, "find_spec", lambda name: None)
+    with pytest.raises(ImportError) as info:
+        inner_loop.require_learn2learn("bayes-meta-zoo-maml")
+    assert "bayes-meta-zoo-maml needs learn2learn" in str(info.value)
+    assert inner_loop.LEARN2LEARN_INSTALL in str(info.value)

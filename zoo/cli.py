@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 from collections.abc import Callable
 
 from zoo.errors import ZooError
@@ -76,11 +77,10 @@ def plugins_cmd(args: argparse.Namespace) -> int:
         rows.append({"plugin": r["name"], "distribution": r["distribution"] or "-",
                      "version": r["version"] or "-", "status": status, "registered": what or "-"})
     print_rows(rows, False, args.detail)
-    for r in records:
+    for r in records:  # in full, wrapped: the remedy is in them
         if r["error"]:
-            error = r["error"] if args.detail or len(r["error"]) <= WIDTH - 20 else \
-                r["error"][:WIDTH - 23] + "..."
-            print(f"{r['name']}: {error}")
+            print(textwrap.fill(f"{r['name']}: {r['error']}", WIDTH, subsequent_indent="    ",
+                                break_on_hyphens=False, break_long_words=False))
     return 0
 
 
