@@ -107,18 +107,15 @@ def test_the_core_and_protonet_from_wheels_run_in_a_fresh_environment(wheels, tm
         wheels[ROOT.name], wheels["protonet"], mine)
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(ZOO_STRICT_PLUGINS="1", ZOO_CACHE=str(tmp_path / "cache"),
-               PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env.update(ZOO_STRICT_PLUGINS="1", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    # the cache directory is this environment's (the rendered glyphs are reused; listings are
+    # stored per environment)
     user = tmp_path / "user"  # a working folder with no source tree in or above it
     user.mkdir()
 
     def zoo(*args: str) -> str:
         return run(venv / "bin" / "zoo", *args, env=env, cwd=user).stdout
 
-    where = json.loads(run(python, "-c", "import json, zoo, zoo_protonet, zoo_my_method; print("
-                           "json.dumps([zoo.__file__, zoo_protonet.__file__, zoo_my_method.__file__]))",
-                           env=env, cwd=user).stdout)
-    assert all(Path(f).is_relative_to(site) for f in where), where
     listed = {r["name"]: r for r in json.loads(zoo("plugins", "--json"))}
     assert set(listed) == {"zoo", "protonet", "my-method"}
     assert listed["protonet"]["distribution"] == f"{DISTRIBUTION}-protonet"
@@ -132,5 +129,9 @@ def test_the_core_and_protonet_from_wheels_run_in_a_fresh_environment(wheels, tm
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(r["method"] for r in lines) == ["my-method", "protonet"]
     assert all(r["threads"] == 1 for r in lines)
-    run(python, "-c", "from zoo.testing import check_method; check_method('protonet')", env=env,
-        cwd=user)
+    conformance = ("import json, zoo, zoo_protonet, zoo_my_method\n"
+                   "from zoo.testing import check_method\n"
+                   "check_method('protonet')\n"
+                   "print(json.dumps([m.__file__ for m in (zoo, zoo_protonet, zoo_my_method)]))")
+    where = json.loads(run(python, "-c", conformance, env=env, cwd=user).stdout.splitlines()[-1])
+    assert all(Path(f).is_relative_to(site) for f in where), where
