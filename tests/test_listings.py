@@ -20,8 +20,8 @@ def cache(tmp_path_factory):
 
 def zoo(cache: str, *args: str, code: str = "") -> str:
     """``zoo ARGS`` in a fresh process with its own cache, and ``code`` run after it."""
-    script = ("import sys; from zoo.cli import main; rc = main(sys.argv[1:]); " + code +
-              "; sys.exit(rc)")
+    script = "\n".join(["import sys", "from zoo.cli import main", "rc = main(sys.argv[1:])", code,
+                        "sys.exit(rc)"])
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                           env={**os.environ, "ZOO_CACHE": cache})
     assert done.returncode == 0, done.stderr
