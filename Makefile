@@ -25,9 +25,13 @@ $(STAMP): Makefile constraints.txt pyproject.toml $(wildcard plugins/*/pyproject
 	$(PIP) install -c constraints.txt --no-build-isolation -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $@
 
-# wheels of the core and of every plugin into dist/ (`pip install dist/*.whl` installs them all)
+# wheels of the core and of every plugin into dist/ (`pip install dist/*.whl` installs them all); the
+# build's by-products are removed, as a distribution's metadata beside the sources would shadow the install
 wheels: $(STAMP)
-	for d in . $(PLUGIN_DIRS); do $(BIN)/python -m build --wheel --no-isolation --outdir dist $$d || exit 1; done
+	for d in . $(PLUGIN_DIRS); do \
+	  $(BIN)/python -m build --wheel --no-isolation --outdir dist $$d || exit 1; \
+	  rm -rf $$d/build $$d/*.egg-info; \
+	done
 
 test: $(STAMP)
 	ZOO_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q
