@@ -17,27 +17,28 @@ The names below are imported when first used (PEP 562), so that the command line
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zoo._lazy import exports
 
 if TYPE_CHECKING:
+    from zoo.runner.bench import prepare_suite, run_suite
     from zoo.runner.cells import Cell, expand_cells
+    from zoo.runner.report import write_report
+    from zoo.runner.storage import Results
     from zoo.runner.suite import Suite, load_suite, suite_names
 
-__all__ = ["Cell", "Suite", "expand_cells", "load_suite", "suite_names"]
+__all__ = ["Cell", "Results", "Suite", "expand_cells", "load_suite", "prepare_suite", "run_suite",
+           "suite_names", "write_report"]
 
-_HOMES = {"Cell": "zoo.runner.cells", "expand_cells": "zoo.runner.cells",
-          "Suite": "zoo.runner.suite", "load_suite": "zoo.runner.suite",
-          "suite_names": "zoo.runner.suite"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'zoo.runner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# running a suite imports torch and the plugin host; reading a suite or a results folder does not;
+# the command line imports none of them before a command runs
+__getattr__, __dir__ = exports(globals(), {"Cell": "zoo.runner.cells",
+                                           "expand_cells": "zoo.runner.cells",
+                                           "Suite": "zoo.runner.suite",
+                                           "load_suite": "zoo.runner.suite",
+                                           "suite_names": "zoo.runner.suite",
+                                           "prepare_suite": "zoo.runner.bench",
+                                           "run_suite": "zoo.runner.bench",
+                                           "write_report": "zoo.runner.report",
+                                           "Results": "zoo.runner.storage"})
