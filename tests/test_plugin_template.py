@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from zoo.hookspecs import DISTRIBUTION
+
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 FILE = re.compile(r"# ([\w./-]+\.(?:py|toml))")
@@ -36,8 +38,8 @@ def test_the_guide_names_a_complete_distribution():
             "zoo_my_plugin/kernel.py", "zoo_my_plugin/data.py", "zoo_my_plugin/task.py",
             "zoo_my_plugin/my-suite.toml", "tests/test_my_plugin.py"} <= set(files)
     pyproject = files["pyproject.toml"]
-    for needed in ("[build-system]", "version = ", 'name = "zoo-my-plugin"',
-                   '[project.entry-points."zoo.plugins"]'):
+    for needed in ("[build-system]", "version = ", 'name = "bayes-meta-zoo-my-plugin"',
+                   f'dependencies = ["{DISTRIBUTION}>=0.1"]', '[project.entry-points."zoo.plugins"]'):
         assert needed in pyproject, needed
 
 
@@ -74,7 +76,7 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
 
     plugins = json.loads(run("-m", "zoo.cli", "plugins", "--json"))
     mine = next(p for p in plugins if p["name"] == "my-plugin")
-    assert mine["distribution"] == "zoo-my-plugin" and mine["error"] is None
+    assert mine["distribution"] == "bayes-meta-zoo-my-plugin" and mine["error"] is None
     assert mine["registered"]["methods"] == ["my-method", "shrinkage"]
     assert mine["registered"]["kernels"] == ["my-laplace"]
     assert mine["registered"]["datasets"] == ["my-means", "my-stripes"]
@@ -88,7 +90,7 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
     assert sorted(line["method"] for line in lines) == ["my-method", "protonet"]
     mine = next(line for line in lines if line["method"] == "my-method")
     assert mine["hparams"]["temperature"] == 5.0
-    assert mine["provenance"]["distribution"] == "zoo-my-plugin"
+    assert mine["provenance"]["distribution"] == "bayes-meta-zoo-my-plugin"
     run(*bench, "my-means-suite", "--device", "cpu", "--out", str(out / "b"), "--no-progress")
     lines = [json.loads(x) for x in (out / "b" / "results.jsonl").read_text().splitlines()]
     assert sorted(line["samples"] for line in lines) == [2, 8]
