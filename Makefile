@@ -10,11 +10,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 OUT    ?= results/bench-$(shell date +%Y%m%d-%H%M%S)
 WORKERS ?= 2
 
-<<<<<<< HEAD
-.PHONY: venv test bench lint docs constraints clean
-=======
-.PHONY: venv test bench lint constraints clean wheels
->>>>>>> main
+.PHONY: venv test bench lint docs constraints clean wheels
 
 venv: $(STAMP)
 
