@@ -75,10 +75,10 @@ def test_cards_links_to_repository_files_become_their_paths():
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     page = SimpleNamespace(file=SimpleNamespace(src_uri="cards/quick.md"))
-    text = ("[the suite](../suites/quick.toml), [a card](dkt.md), [gone](../suites/nothing.toml), "
+    text = ("[the script](../allocator.py), [a card](dkt.md), [gone](../suites/nothing.toml), "
             "![a figure](dkt.png), [the README](../../README.md), [web](https://example.org)")
     assert hooks._card_links(text, page) == (
-        "the suite (`benchmarks/suites/quick.toml`), [a card](dkt.md), "
+        "the script (`benchmarks/allocator.py`), [a card](dkt.md), "
         "[gone](../suites/nothing.toml), ![a figure](dkt.png), the README (`README.md`), "
         "[web](https://example.org)")
 
