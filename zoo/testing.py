@@ -177,7 +177,7 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
             f"{at}: rows of probs sum to {sums.tolist()}; normalise them (softmax)"
         assert torch.equal(first, again), \
             f"{at}: predict depends on the global RNG state; draw from " \
-            "zoo.method.episode_generator(episode)"
+            "zoo.seeds.episode_generator(episode)"
     _check_any_way(name, settings, **hparams)
 
 
@@ -222,7 +222,7 @@ def check_regression_method(name: str, **hparams: Any) -> None:
         task.check(first, episode, name)
         assert torch.equal(first.mean, again.mean) and torch.equal(first.var, again.var), \
             f"{at}: predict depends on the global RNG state; draw from " \
-            "zoo.method.episode_generator(episode)"
+            "zoo.seeds.episode_generator(episode)"
         if bounds is not None:
             elbo, iw = bounds
             assert math.isfinite(elbo) and elbo <= iw + 1e-6, \

@@ -27,7 +27,7 @@ from zoo.expectations import Rule, standard_normal_draws
 from zoo.families.latent_gaussian import LatentGaussianMethod
 from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian
 from zoo.gp import DTYPE
-from zoo.method import draw_seed
+from zoo.seeds import draw_seed
 
 
 def _per_class(q: Gaussian, way: int) -> bool:
@@ -108,7 +108,7 @@ class LastLayerMethod(LatentGaussianMethod):
                     "class latents, independent only under a diagonal or per-class belief; use "
                     "the diag family or a sampling estimator (sobol, mc)")
             mean, var = linear_gaussian_marginals(phi, q, episode.way)
-            return self.probabilities(mean, var, episode, salt=salt, samples=samples)
+            return self.probabilities(mean, var, seed=draw_seed(episode, salt), samples=samples)
         rule = self.weight_rule(q, episode, salt=salt, samples=samples)
         W = weight_samples(q, episode.way, rule.points)
         return rule.average(torch.softmax(phi.to(W) @ W.mT, -1), 0)

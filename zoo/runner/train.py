@@ -21,7 +21,6 @@ import copy
 import json
 import logging
 import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,9 +42,9 @@ from zoo.io import (
     sync_to_disk,
     write_marker,
 )
-from zoo.method import manual_seed
 from zoo.runner.cells import Cell
 from zoo.runner.schedule import lr_factor
+from zoo.seeds import rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -75,39 +74,6 @@ class TrainedModel:
     method: nn.Module
     temperature: float
     info: dict[str, Any]
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's global generators (:func:`zoo.method.manual_seed`)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every global RNG's state as tensors, numbers and tuples (loadable with weights only).
-    Python's 625 state words are one tensor, not a tuple of 625 numbers that ``torch.save``
-    pickles one by one (most of a small model's checkpoint time)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    version, words, gauss = random.getstate()
-    state = {"torch": torch.get_rng_state(),
-             "python": (version, torch.tensor(words, dtype=torch.int64), gauss),
-             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    version, words, gauss = state["python"]
-    if isinstance(words, torch.Tensor):  # a tuple in checkpoints of older versions
-        words = tuple(words.tolist())
-    random.setstate((version, words, gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def build_for_cell(cell: Cell, dataset: Any, device: str, registry: Any) -> nn.Module:

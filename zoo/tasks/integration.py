@@ -12,8 +12,6 @@ Carlo error, so the variance-reduction factor against Monte Carlo at the same bu
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
+from zoo.seeds import coordinate_seed
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
 
 if TYPE_CHECKING:
@@ -68,16 +67,11 @@ class Estimate:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def task_seed(seed: int, family: str, split: str, samples: int, index: int) -> int:
-    key = json.dumps(["integration", int(seed), family, split, int(samples), int(index)])
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
-
-
 def sample_task(family: IntegrandFamily, split: str, seed: int, samples: int,
                 index: int) -> IntegrationEpisode:
     import torch
 
-    s = task_seed(seed, family.name, split, samples, index)
+    s = coordinate_seed("integration", int(seed), family.name, split, int(samples), int(index))
     d = family.draw(torch.Generator().manual_seed(s), samples)
     device = family.device
     info = {"dataset": family.name, "split": split, "index": int(index), "seed": s,

@@ -97,7 +97,7 @@ class StreamMethod(TaskMethod):
 
     def begin(self, stream: Stream) -> Any:
         """The state at the start of ``stream``: :meth:`init`, unless the method draws random
-        numbers, which it then seeds from the stream (:func:`zoo.method.draw_seed`)."""
+        numbers, which it then seeds from the stream (:func:`zoo.seeds.draw_seed`)."""
         return self.init()
 
     @abstractmethod

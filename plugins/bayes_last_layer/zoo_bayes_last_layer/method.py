@@ -39,7 +39,7 @@ from zoo.families.pretrained import ClassTable
 from zoo.gaussians import DiagonalGaussian, Gaussian, kl_divergence
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.seeds import episode_generator
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 SCALINGS = ("mean", "batch")

@@ -61,7 +61,7 @@ from zoo.backbones import Backbone
 from zoo.errors import check_finite
 from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
 from zoo.hparams import HParam
-from zoo.method import draw_seed, manual_seed
+from zoo.seeds import draw_seed
 
 
 class WeightSpaceMethod(InnerLoopMethod):
@@ -169,7 +169,7 @@ class ABML(WeightSpaceMethod):
         # Pyro draws from the global generator: fork it, seeded by the episode, so that the
         # prediction is a function of the episode and the caller's random state is untouched.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            manual_seed(seed)
+            torch.manual_seed(seed)
             with torch.enable_grad():
                 loc, scale = self.adapt(episode, self.inner_steps(), 1, False, objective)
             loc, scale = [m.detach() for m in loc], [s.detach() for s in scale]

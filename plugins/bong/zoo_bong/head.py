@@ -30,7 +30,7 @@ from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals
 from zoo.gaussians import Gaussian
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.seeds import draw_seed, episode_generator
 from zoo_bong.beliefs import FAMILIES, Belief, prior_belief
 from zoo_bong.curvature import CURVATURES, linearised, monte_carlo
 from zoo_bong.likelihoods import Categorical
@@ -106,5 +106,5 @@ class BongHead(LastLayerMethod):
 
     def meta_loss(self, episode: Episode) -> Tensor:
         mean, var = self.latent(episode)
-        probs = self.probabilities(mean, var, episode, salt=1)
+        probs = self.probabilities(mean, var, seed=draw_seed(episode, 1))
         return F.nll_loss(probs.clamp_min(1e-12).log(), episode.query_y).float()

@@ -20,7 +20,7 @@ from torch import Tensor
 from zoo.errors import HyperParameterError
 from zoo.gaussians import predictive
 from zoo.hparams import HParam
-from zoo.method import draw_seed
+from zoo.seeds import draw_seed
 from zoo.tasks.methods import StreamMethod
 from zoo.tasks.sequential import Stream
 from zoo_bong.beliefs import DG_MEANS, FAMILIES, Belief, prior_belief

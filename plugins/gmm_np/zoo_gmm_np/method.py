@@ -38,7 +38,6 @@ Ablations are hyper-parameters (:data:`VARIANTS`): ``covariance = "diag"``, ``co
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -50,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.hparams import HParam
-from zoo.method import draw_seed, manual_seed
+from zoo.seeds import draw_seed, hash_seed
 from zoo.tasks.methods import RegressionMethod
 from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo_gmm_np import trng
@@ -75,7 +74,7 @@ def seeded(episode: RegressionEpisode, salt: int) -> Iterator[None]:
     the block and restored after it, so that a prediction is a function of weights and episode."""
     device = episode.target_x.device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        manual_seed(draw_seed(episode, salt))
+        torch.manual_seed(draw_seed(episode, salt))
         yield
 
 
@@ -257,8 +256,7 @@ class GMMNP(RegressionMethod):
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         self.prepared = {}  # fitted with the weights before this step
         key, x, y = self._function(episode)
-        seed = (int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "little")
-                if key else draw_seed(episode, SUBTASK_SALT))
+        seed = hash_seed(key, bits=56) if key else draw_seed(episode, SUBTASK_SALT)
         mask = self.subtask_masks(len(x), seed).to(device=x.device, dtype=x.dtype)
         xs, ys = x.expand(len(mask), *x.shape), y.expand(len(mask), *y.shape)
         gmm = self.posteriors.get(key) if key else None

@@ -43,8 +43,8 @@ from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE, SitePosterior, prior_draws
 from zoo.hparams import HParam
-from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, polyagamma_mean, sample_polyagamma
+from zoo.seeds import episode_generator, episode_own_seed
 
 LOG2 = float(torch.log(torch.tensor(2.0)))
 
@@ -187,7 +187,8 @@ class LogisticSoftmax(GPMethod):
         post, _, trace = self.support_posterior(mats.Kss, self.onehot(episode).T, training,
                                                 episode)
         mean, var = post.predict(mats.Ksq, mats.kqq)  # [(R,) C, Q]
-        probs = self.probabilities(mean.transpose(-1, -2), var.transpose(-1, -2), episode,
+        probs = self.probabilities(mean.transpose(-1, -2), var.transpose(-1, -2),
+                                   seed=episode_own_seed(episode),
                                    samples=self.hparams["prob_samples"])
         return (probs.mean(0) if probs.ndim == 3 else probs), trace
 

@@ -18,6 +18,7 @@ from zoo import Episode, Prediction
 from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
+from zoo.seeds import draw_seed
 from zoo.variational import SoftmaxLikelihood, SoftmaxMean
 from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
 
@@ -93,8 +94,8 @@ class MDBFSC(GPMethod):
         result = self.run_inner(mats.Kss, episode.support_y, episode, steps=steps, rho=rho,
                                 samples=samples, trace=trace, tol=tol)
         mean, var = result.posterior.predict(mats.Ksq, mats.kqq)
-        probs = self.probabilities(mean.T, var.T, episode, integrand=SoftmaxMean(), salt=2,
-                                   samples=samples)
+        probs = self.probabilities(mean.T, var.T, seed=draw_seed(episode, 2),
+                                   integrand=SoftmaxMean(), samples=samples)
         return probs, result
 
     # -- the runner's entry points ---------------------------------------------------------------

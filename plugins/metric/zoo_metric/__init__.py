@@ -31,7 +31,7 @@ from zoo.backbones import Backbone, ConvNet, MaxPool2x2
 from zoo.errors import HyperParameterError
 from zoo.families.pretrained import ClassTable
 from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.seeds import episode_generator
 
 
 class CosineLinear(nn.Module):

@@ -38,7 +38,7 @@ from torch.distributions import kl_divergence
 
 from zoo.errors import HyperParameterError
 from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.seeds import episode_generator
 from zoo.tasks.methods import RegressionMethod
 from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo_neural_processes.aggregation import BayesianAggregation, MeanAggregation

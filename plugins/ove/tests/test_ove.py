@@ -681,7 +681,7 @@ def test_samples_pl_meta_gradient_equals_an_independent_implementation():
     ours = torch.autograd.grad(value, list(method.parameters()))
 
     mats = method.kernel_matrices(ep)
-    from zoo.method import episode_generator
+    from zoo.seeds import episode_generator
     *_, f = method.gibbs(mats.Kss, ep.support_y, 3, ep, episode_generator(ep), keep=2)
     Kss, Ksq, kqq = dense(mats.Kss), dense(mats.Ksq), mats.kqq
     C, n = Kss.shape[:2]

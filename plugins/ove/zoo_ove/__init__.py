@@ -82,8 +82,8 @@ from zoo.families.gp import GPMethod
 from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, prior_draws, shared
 from zoo.gram import FeatureGram, Gram, choose_route, dense
 from zoo.hparams import HParam
-from zoo.method import episode_generator
 from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
+from zoo.seeds import episode_generator
 from zoo_ove.weights import ClassWeights, WeightPosterior, inverse_costs, predictive_costs
 
 QUADRATURE_ELEMENTS = 2**24
