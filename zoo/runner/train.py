@@ -139,6 +139,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(groups)
         self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]  # a checkpoint's decay
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.finite_gradients = FiniteGradients(device)
         self.state = TrainState()
         self.checkpoint_path, self.best_path = folder / "checkpoint.pt", folder / "best.pt"
         seed_everything(cell.seed)
@@ -200,7 +201,7 @@ class Trainer:
         for g, lr in zip(optimizer.param_groups, self.base_lrs, strict=True):
             g["lr"] = lr * factor
         total = self.backward(n)
-        if total is not None and finite_gradients(self.params):
+        if total is not None and self.finite_gradients(self.params):
             optimizer.step()
             state.bad_run = 0
             state.losses.append(total)
@@ -285,14 +286,31 @@ class Trainer:
                      "state": vars(self.state), "rng": rng_state()}, self.checkpoint_path)
 
 
-def finite_gradients(params: Sequence[torch.Tensor]) -> bool:
-    """Whether every gradient of ``params`` is finite: the largest absolute value over all of
-    them (sparse ones: their stored values), which any NaN or infinity makes non-finite, in one
-    read from the device."""
-    values = [g.coalesce().values() if g.is_sparse else g
-              for g in (p.grad for p in params) if g is not None]
-    values = [v for v in values if v.numel()]
-    return not values or bool(torch.isfinite(torch.nn.utils.get_total_norm(values, math.inf)))
+class FiniteGradients:
+    """Whether every gradient of ``params`` is finite: torch's fused check (the one
+    ``torch.amp.GradScaler`` runs before a step; it multiplies each gradient by 1, which leaves
+    every number as it is) over all gradients in one call, and one read of its flag: one
+    synchronisation with the device a step. The flag is allocated once per training, not per
+    step. Gradients the fused check does not take (sparse, complex, on several devices) are
+    tested one by one. The public alternatives (an infinity norm over all gradients,
+    ``torch.nn.utils.get_total_norm``) cost ~0.3 ms more a step, a tenth of a small MLP's step
+    (card ``cluster.md``)."""
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.found = torch.zeros(1, device=device)
+        self.one = torch.ones(1, device=device)
+
+    def __call__(self, params: Sequence[torch.Tensor]) -> bool:
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return True
+        self.found.zero_()
+        try:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found, self.one)
+        except (RuntimeError, NotImplementedError):
+            return all(bool(torch.isfinite(g.coalesce().values() if g.is_sparse else g).all())
+                       for g in grads)
+        return not self.found.item()
 
 
 def check_skipped(cell: Cell, state: TrainState) -> None:
