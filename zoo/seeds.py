@@ -14,6 +14,8 @@
 * :func:`seed_everything`, :func:`rng_state`, :func:`set_rng_state`: the global generators
   (Python's, NumPy's, torch's) seeded at the start of a training and saved in, and restored from,
   its checkpoints, so a resumed training ends with the weights of one that never stopped.
+
+The coordinate seeds import no torch (the task kinds, which reading results needs, use them).
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["coordinate_seed", "draw_seed", "episode_generator", "episode_own_seed", "hash_seed",
            "refusing_episode_seeds", "rng_state", "seed_everything", "set_rng_state"]
@@ -77,6 +79,8 @@ def episode_generator(episode: Any, salt: int = 0) -> torch.Generator:
     """A CPU generator seeded by ``episode.info["seed"]`` mixed with ``salt`` (one salt per use),
     never the global RNG, so that predictions that draw random numbers are a function of the
     episode alone."""
+    import torch
+
     _check_allowed()
     seed = int(episode.info.get("seed", 0)) ^ (salt * SALT_MIX & (2**SEED_BITS - 1))
     return torch.Generator().manual_seed(seed)
@@ -86,6 +90,8 @@ def draw_seed(episode: Any, salt: int) -> int:
     """The seed of an estimator's draws for ``episode`` with ``salt`` (one salt per use, e.g.
     inner loop and predictive): a 62-bit number drawn from :func:`episode_generator`, so that a
     prediction is a function of (weights, episode) alone."""
+    import torch
+
     return int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, salt)))
 
 
@@ -99,6 +105,9 @@ def episode_own_seed(episode: Any) -> int:
 
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's global generators (torch's on every device)."""
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -108,6 +117,9 @@ def rng_state() -> dict[str, Any]:
     """Every global RNG's state as tensors and numbers (loadable with ``weights_only``). Python's
     625 state words are one tensor, not a tuple of 625 numbers that ``torch.save`` pickles one by
     one (most of a small model's checkpoint time)."""
+    import numpy as np
+    import torch
+
     name, keys, pos, has_gauss, cached = np.random.get_state()
     version, words, gauss = random.getstate()
     state = {"torch": torch.get_rng_state(),
@@ -120,6 +132,9 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` saved."""
+    import numpy as np
+    import torch
+
     torch.set_rng_state(state["torch"])
     version, words, gauss = state["python"]
     random.setstate((version, tuple(words.tolist()), gauss))
