@@ -40,15 +40,29 @@ from torch import Tensor, nn
 from zoo.backbones import Backbone
 from zoo.data.base import FewShotDataset
 from zoo.episode import Episode, EpisodeSampler, episode_seed
+from zoo.gp import DTYPE
 from zoo.io import json_line
 from zoo.kernels import Kernel
 from zoo.method import Method, build_method
 from zoo.plugins import registry
+from zoo.variational import Expectations
 
-__all__ = ["IdentityBackbone", "TanhBackbone", "build_for_tests",
+__all__ = ["GaussianLikelihood", "IdentityBackbone", "TanhBackbone", "build_for_tests",
            "check_algebra_routes", "check_batched_meta_loss", "check_dataset", "check_kernel",
            "check_method", "check_regression_method", "check_task", "exact_expected_log_softmax",
            "line_episode", "registry", "softmax_marginals", "tiny_episode", "toy_episode"]
+
+class GaussianLikelihood:
+    """``p(y_n | f_n) = prod_c N(y_nc | f_nc, noise)``: the conjugate case, in closed form."""
+
+    def __init__(self, targets: Tensor, noise: float):
+        self.targets, self.noise = targets.to(DTYPE), float(noise)
+
+    def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
+        r = self.targets - mean
+        ell = -0.5 * ((r**2 + var) / self.noise + math.log(2 * math.pi * self.noise)).sum(-1)
+        return Expectations(ell, r / self.noise, torch.full_like(var, -0.5 / self.noise))
+
 
 SETTINGS = ((2, 1), (20, 5))
 

@@ -17,6 +17,7 @@ from zoo.backbones import Backbone
 from zoo.inference import DTYPE, Expectations, SoftmaxLikelihood, standard_normal_draws
 from zoo.kernels import RBFKernel
 from zoo.testing import (
+    GaussianLikelihood,
     build_for_tests,
     check_algebra_routes,
     check_batched_meta_loss,
@@ -34,18 +35,6 @@ def random_spd(C: int, n: int, seed: int = 0) -> Tensor:
     g = torch.Generator().manual_seed(seed)
     A = torch.randn(C, n, n, generator=g, dtype=DTYPE)
     return A @ A.transpose(-1, -2) / n + 0.5 * torch.eye(n, dtype=DTYPE)
-
-
-class GaussianLikelihood:
-    """``p(y_n | f_n) = prod_c N(y_nc | f_nc, noise)``: the conjugate case, in closed form."""
-
-    def __init__(self, targets: Tensor, noise: float):
-        self.targets, self.noise = targets.to(DTYPE), float(noise)
-
-    def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
-        r = self.targets - mean
-        ell = -0.5 * ((r**2 + var) / self.noise + math.log(2 * math.pi * self.noise)).sum(-1)
-        return Expectations(ell, r / self.noise, torch.full_like(var, -0.5 / self.noise))
 
 
 class AutogradLikelihood:
@@ -174,7 +163,6 @@ def test_mirror_descent_converges_in_fewer_steps_each_at_its_best_step_size():
     combination of sites) and GD (moment or whitened parameters), so equal numbers are not equal
     steps; each method gets its best step size from a grid, and the steps to reach the common
     optimum (within 1e-3 relative) are compared."""
-    import math
 
     K = random_spd(3, 8, seed=6)
     onehot = torch.nn.functional.one_hot(torch.arange(8) % 3, 3).to(DTYPE)
