@@ -13,7 +13,7 @@ import pytest
 CHILD = """
 import json
 from zoo.runner.allocator import malloc_setting, retain_freed_memory
-from zoo.runner.storage import environment
+from zoo.runner.provenance import environment
 before = malloc_setting()
 first, again = retain_freed_memory(), retain_freed_memory()
 env = environment("cpu")

@@ -26,7 +26,8 @@ from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_mar
 from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
-from zoo.runner.storage import Results, environment, link_or_copy
+from zoo.runner.provenance import environment
+from zoo.runner.storage import Results, link_or_copy
 from zoo.runner.train import seed_everything, train_model
 from zoo.spec import parse_spec
 
