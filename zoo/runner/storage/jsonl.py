@@ -25,10 +25,15 @@ class ResultsFolderError(ZooError):
                          "delete that file, or choose another --out")
 
 
+def _text(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8")
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON value in the file ``path`` (UTF-8)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsFolderError(Path(path), f"is not readable JSON ({exc})") from None
 
@@ -38,20 +43,21 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     a line that is not JSON or not an object is named by its number. Lines end at ``\\n`` only
     (a ``\\r`` before it is JSON whitespace), not at the other line breaks of
     ``str.splitlines`` (``\\x85``, ``\\u2028``, ...), which may stand inside a string."""
-    records = []
     try:
-        with open(path, encoding="utf-8", newline="\n") as f:
-            for number, line in enumerate(f, 1):
-                try:
-                    obj = json_record(line)
-                except json.JSONDecodeError as exc:
-                    raise ResultsFolderError(Path(path), f"line {number} is not JSON ({exc})"
-                                             ) from None
-                if not isinstance(obj, dict):
-                    raise ResultsFolderError(Path(path), f"line {number} is not a JSON object")
-                records.append(obj)
+        lines = _text(path).split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFolderError(Path(path), f"is not readable ({exc})") from None
+    if not lines[-1]:  # what follows the newline that ends the last line
+        lines.pop()
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            obj = json_record(line)
+        except json.JSONDecodeError as exc:
+            raise ResultsFolderError(Path(path), f"line {number} is not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ResultsFolderError(Path(path), f"line {number} is not a JSON object")
+        records.append(obj)
     return records
 
 
