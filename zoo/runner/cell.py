@@ -23,7 +23,6 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_marker
-from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.provenance import environment
@@ -96,7 +95,6 @@ def run_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None,
         from zoo.plugins import registry as process_registry
 
         registry = process_registry()
-    retain_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
     if device.startswith("cuda"):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zoo.runner.allocator import malloc_setting
+from zoo.runner.malloc import malloc_setting
 
 
 @functools.cache
@@ -63,7 +63,8 @@ def device_description(device: str) -> str:
 def environment(device: str) -> dict[str, Any]:
     """What a result depends on besides its config. ``threads`` is there because the intra-op
     thread count changes the order of floating-point reductions, so the same cell trained with 1
-    and with 2 threads can end at different numbers (``zoo bench --workers`` sets it)."""
+    and with 2 threads can end at different numbers (``zoo bench --workers`` sets it); ``malloc``
+    is the ``GLIBC_TUNABLES`` the process started with (:mod:`zoo.runner.malloc`)."""
     import torch
 
     return {"versions": copy.deepcopy(versions()), "git_commit": git_commit(),
