@@ -25,8 +25,10 @@ from zoo.errors import ZooError
 from zoo.runner.cells import config_hash
 from zoo.runner.storage.jsonl import ResultsFolderError, read_json, read_jsonl
 
-VERSION = 1
-"""The results format."""
+VERSION = 2
+"""The results format. Version 2 names every cell by its whole resolved configuration (version 1
+left some keys out where they had their default value), so a version-1 folder's hashes name no
+cell of this zoo."""
 FORMAT = {"format": "zoo-results", "version": VERSION}
 MARKER = "zoo-results.json"
 LOCK, WRITER = "writer.lock", "writer.json"
@@ -49,6 +51,16 @@ class OldResultsFolderError(ZooError):
     """A results folder written in an older format; nothing was changed."""
 
 
+def is_older(root: Path) -> bool:
+    """Whether ``root``'s marker names an older format than :data:`VERSION`."""
+    try:
+        content = read_json(root / MARKER)
+    except ResultsFolderError:
+        return False
+    return (isinstance(content, dict) and content.get("format") == FORMAT["format"]
+            and isinstance(content.get("version"), int) and content["version"] < VERSION)
+
+
 def names(folder: str | os.PathLike) -> list[str]:
     """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write."""
     return sorted(n for n in os.listdir(folder) if not (n.startswith(".") and TMP_RE.match(n)))
@@ -66,14 +78,13 @@ def check_marker(root: Path) -> None:
     with what to do."""
     marker = root / MARKER
     content = read_json(marker)
-    if (isinstance(content, dict) and content.get("format") == FORMAT["format"]
-            and isinstance(content.get("version"), int) and content["version"] < VERSION):
+    if is_older(root):
         raise OldResultsFolderError(
             f"{root} is a results folder of format version {content['version']}, written by an "
-            f"older zoo; this zoo writes version {VERSION}, whose cells are named by other "
-            "hashes, so none of its cells can be reused or reported. Run into a new folder "
-            f"(--out), or add --force to re-run every cell into this one; the older zoo still "
-            "reports it")
+            f"older zoo; this zoo writes version {VERSION}, which names cells by other hashes, so "
+            "none of its cells can be reused or reported. Run the suite into a new folder "
+            "(another --out), or add --force to delete its cells and run them again into this "
+            "one; the zoo that wrote it still reports it")
     if content != FORMAT:
         raise ResultsFolderError(marker, f"unexpected content; expected {FORMAT}")
 

@@ -18,12 +18,15 @@ from zoo.runner.cells import code_free_hash, config_hash
 from zoo.runner.storage.jsonl import ResultsFolderError, append_line, read_json, read_jsonl
 from zoo.runner.storage.layout import (
     FORMAT,
+    LOCK,
     MARKER,
+    WRITER,
     check_marker,
     check_runs,
     check_suites,
     check_top_level,
     entries,
+    is_older,
     names,
 )
 from zoo.runner.storage.lock import writer_lock
@@ -44,9 +47,11 @@ class Results:
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: str | os.PathLike, create: bool = True, keep_records: bool = False
-             ) -> Results:
-        """Validate ``root`` (read only); create it (and its marker) only if it passes. With
+    def open(cls, root: str | os.PathLike, create: bool = True, keep_records: bool = False,
+             replace_older: bool = False) -> Results:
+        """Validate ``root`` (read only); create it (and its marker) only if it passes. A folder
+        of an older format is refused (:class:`~.layout.OldResultsFolderError`), or with
+        ``replace_older`` (``zoo bench --force``) emptied of what it holds and marked anew. With
         ``keep_records`` the cells' episode records and training records parsed by the
         validation are kept for :meth:`episodes` and :meth:`training`, and results.jsonl's lines
         for :meth:`results` (a report reads each file once, not twice); for readers only, as what
@@ -60,6 +65,12 @@ class Results:
                                      " but holds this")
         if not present and not create:
             raise ZooError(f"{root} holds no results; run `zoo bench --out {root}` first")
+        if present and replace_older and is_older(root):
+            with writer_lock(root):
+                for path in entries(root):
+                    if path.name not in (LOCK, WRITER):
+                        shutil.rmtree(path) if path.is_dir() else path.unlink()
+                atomic_write_json(root / MARKER, FORMAT)
         results = cls(root, keep_records)
         if present:
             results.validate()
