@@ -3,8 +3,9 @@ group of units run one after another with one flush to the disk for all of them.
 
 The unit trains (or resumes, or loads) the model once, then scores each pending cell and writes
 its folder. The ``done`` markers of a group's trainings and cells are written last, after one
-flush of the group's files to the disk (``syncfs``): a flush costs about as much as a small
-cell's work, so a suite of many small cells groups its units (:mod:`zoo.runner.executors`). An
+flush of the group's files to the disk (:func:`zoo.io.sync_to_disk`): a flush costs about as much
+as a small cell's work, so a suite of many small cells groups its units
+(:mod:`zoo.runner.executors`). An
 exception in a cell becomes its ``error.txt`` (the cell is shown as failed and retried on the
 next run); it never becomes a result.
 """
