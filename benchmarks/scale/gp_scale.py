@@ -1,5 +1,5 @@
 """Seconds and peak memory per test episode and per training step of the GP methods at large way
-x shot, side by side with ProtoNet (issue 16).
+x shot, side by side with ProtoNet.
 
 For way in {5, 20, 50} x shot in {1, 5, 20} (15 queries per class in training and test, random
 28x28 images: the cost depends only on the sizes), every method on the same Conv4S backbone and
