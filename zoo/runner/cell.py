@@ -28,7 +28,8 @@ from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.provenance import environment
 from zoo.runner.storage import Results, link_or_copy
-from zoo.runner.train import seed_everything, train_model
+from zoo.runner.train import train_model
+from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
