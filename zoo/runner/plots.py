@@ -9,9 +9,12 @@ method's for any number of methods, and legends sit outside the axes so they hid
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
+import unicodedata
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,25 @@ def legend_outside(fig: Any, ax: Any) -> None:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+    """A file-name part for ``text``: lower-case ASCII letters and digits, accents dropped, other
+    letters by their Unicode names (``α`` -> ``alpha``), every other run one ``-``."""
+    parts = []
+    for ch in unicodedata.normalize("NFKD", text):
+        if ch.isascii():
+            parts.append(ch)
+        elif ch.isalnum():
+            parts.append(f"-{unicodedata.name(ch, 'x').split()[-1]}-")
+    return re.sub(r"[^A-Za-z0-9]+", "-", "".join(parts)).strip("-").lower()
+
+
+def unique_slugs(texts: list[str]) -> dict[str, str]:
+    """:func:`slug` of each distinct text, made unique: texts whose slugs coincide (``α`` and
+    ``alpha``, ``a b`` and ``a-b``) or are empty get a short digest of the text appended."""
+    plain = {t: slug(t) for t in dict.fromkeys(texts)}
+    count = Counter(plain.values())
+    return {t: s if s and count[s] == 1 else
+            f"{s}-{hashlib.sha1(t.encode()).hexdigest()[:6]}".lstrip("-")
+            for t, s in plain.items()}
 
 
 def pyplot() -> Any:
@@ -69,10 +90,14 @@ def save(fig: Any, path: Path) -> Path:
 
 
 def draw_all(report: Report, out: Path) -> list[Path]:
+    """Every figure of the report, in ``out``; no two figures may share a file."""
     written = []
     for kind in report.kinds():
         written += report.tasks[kind].draw(report, out)
     written += training_curves(report, out)
+    twice = [p.name for p, n in Counter(written).items() if n > 1]
+    if twice:
+        raise RuntimeError(f"figures drawn over one another in {out}: {', '.join(twice)}")
     return written
 
 
@@ -89,6 +114,7 @@ def reliability_diagrams(report: Report, out: Path) -> list[Path]:
     """One figure per classification method: accuracy against confidence per setting."""
     plt = pyplot()
     written = []
+    names = unique_slugs(report.methods)
     for method in report.methods:
         done = [s for s in report.settings if s[0] == "classification"
                 and (method, s) in report.entries and report.entries[(method, s)].episodes]
@@ -109,7 +135,7 @@ def reliability_diagrams(report: Report, out: Path) -> list[Path]:
         axes[0][0].set_ylabel("accuracy")
         axes[0][0].legend(fontsize=7, loc="upper left")
         fig.suptitle(f"{method}: reliability")
-        written.append(save(fig, out / f"reliability-{slug(method)}.png"))
+        written.append(save(fig, out / f"reliability-{names[method]}.png"))
     return written
 
 
@@ -118,6 +144,7 @@ def training_curves(report: Report, out: Path) -> list[Path]:
     plt = pyplot()
     styles = method_styles(report.methods)
     written, drawn = [], set()
+    names = unique_slugs([report.label(s) for s in report.settings])
     for s in report.settings:
         task = report.tasks[s[0]]
         label = report.label(s)
@@ -142,7 +169,7 @@ def training_curves(report: Report, out: Path) -> list[Path]:
             legend_outside(fig, ax_loss)
             fig.suptitle(f"training: {label} (seed {entries[0].results[0]['seed']})"
                          if entries[0].results else f"training: {label}")
-            written.append(save(fig, out / f"training-{slug(label)}.png"))
+            written.append(save(fig, out / f"training-{names[label]}.png"))
         inner = [(m, inner_curves(report.entries[(m, s)])) for m in report.methods
                  if (m, s) in report.entries]
         inner = [(m, c) for m, c in inner if c is not None]
@@ -154,7 +181,7 @@ def training_curves(report: Report, out: Path) -> list[Path]:
             ax.set(xlabel="inner step", ylabel="inner objective (mean over test episodes)",
                    title=f"convergence: {label}")
             legend_outside(fig, ax)
-            written.append(save(fig, out / f"convergence-{slug(label)}.png"))
+            written.append(save(fig, out / f"convergence-{names[label]}.png"))
     return written
 
 
