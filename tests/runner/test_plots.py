@@ -3,13 +3,15 @@ covered the curves."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from zoo.runner.plots import legend_outside, method_styles  # noqa: E402
+from zoo.runner.plots import legend_outside, method_styles, slug, unique_slugs  # noqa: E402
 
 
 def test_every_method_gets_its_own_style_for_any_number_of_methods():
@@ -30,3 +32,14 @@ def test_the_legend_sits_outside_the_axes():
     (legend,) = fig.legends
     assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
     plt.close(fig)
+
+
+def test_figure_names_keep_labels_apart():
+    """Two variants labelled α and β once wrote one reliability file (both slugged to nothing)."""
+    assert (slug("protonet α"), slug("protonet β")) == ("protonet-alpha", "protonet-beta")
+    assert slug("café glyphs->digits 5w1s") == "cafe-glyphs-digits-5w1s"
+    labels = ["α", "alpha", "a b", "a-b", "glyphs 5w1s", "", "中", "中"]
+    names = unique_slugs(labels)
+    assert len(set(names.values())) == len(set(labels)) == 7
+    assert names["glyphs 5w1s"] == "glyphs-5w1s"  # a name no other shares stays readable
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n) for n in names.values())
