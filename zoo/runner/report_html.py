@@ -28,13 +28,20 @@ from zoo.tasks.base import ReportMetric
 
 FIGURE_CAPTIONS = {
     "reliability": "Reliability diagrams: accuracy against confidence of the pooled test queries "
-                   "in 15 equal-width bins, the method's own probabilities and after the "
-                   "temperature fitted on validation episodes. A bar under the diagonal is "
-                   "over-confident; the bin counts say how many queries a bar rests on.",
-    "training": "Training: the meta-loss of each method's training episodes and the validation "
-                "score the checkpoint is selected on, against the training episode (first seed).",
-    "convergence": "Inner loop: the objective each method's adaptation optimises on a test "
-                   "episode's support set, mean over test episodes, against the inner step.",
+                   "in 15 equal-width bins, the method's own probabilities (blue) and after the "
+                   "temperature fitted on validation episodes (orange) side by side; under each "
+                   "panel the queries per bin, in its title both ECEs. A bar under the diagonal "
+                   "is over-confident; a bar over few queries says little.",
+    "training": "Training: each method's meta-loss (the mean over the training steps since the "
+                "point before), methods whose losses differ in kind (query cross-entropy, "
+                "negative ELBO, ...) on separate axes, and the validation score that selects "
+                "the checkpoint, against the training episode (first seed).",
+    "convergence": "Inner loop at test: the objective each method's adaptation works on, on the "
+                   "support set, mean over test episodes, against the steps taken (0: before "
+                   "adapting; the last point: after the last step). Objectives of different "
+                   "kinds and directions are on separate axes. A method may take more steps "
+                   "at test than it was meta-trained with (MAML's protocols: 1 or 5 in "
+                   "training, 3 or 10 at test); its curve past the trained steps shows that.",
 }
 
 

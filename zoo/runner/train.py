@@ -52,6 +52,12 @@ log = logging.getLogger(__name__)
 CHECKPOINT_SECONDS = 1.0  # least training time between two checkpoints
 
 
+LOSS_POINTS = 50
+"""Points of the meta-loss curve over a training (each the mean loss of the steps since the one
+before), however seldom it validates: a training no longer than ``val_every`` still shows how its
+loss went. The validation schedule, and so the model selected, does not depend on it."""
+
+
 @dataclass
 class TrainState:
     """Everything about a training run that is not a tensor of the model or optimizer."""
@@ -176,6 +182,7 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     if validating:  # a shape the validation split cannot give fails now, not at the first check
         task.episodes(val_data, "val", cell.shape, cell.seed, training=False)
     val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
+    loss_every = max(1, min(val_every, cell.train_episodes // LOSS_POINTS))
 
     best: dict[str, Any] = {}  # the best model's state since this process started: not read back
     unsaved_best = False  # best.pt is behind ``best``
@@ -269,18 +276,19 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
         state.seconds += time.perf_counter() - start
         bar.update(n)
         crossed = state.episode // val_every != (state.episode - n) // val_every
-        if crossed or state.episode == cell.train_episodes:
+        ended = state.episode == cell.train_episodes
+        if crossed or ended or state.episode // loss_every != (state.episode - n) // loss_every:
             state.curve.append({"episode": state.episode,
                                 "loss": float(np.mean(state.losses)) if state.losses else math.nan})
             state.losses = []
-            if validating:
-                start = time.perf_counter()
-                run_validation()
-                elapsed = time.perf_counter() - start
-                state.seconds += elapsed
-                state.val_seconds += elapsed
-                if progress:
-                    bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
+        if (crossed or ended) and validating:
+            start = time.perf_counter()
+            run_validation()
+            elapsed = time.perf_counter() - start
+            state.seconds += elapsed
+            state.val_seconds += elapsed
+            if progress:
+                bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
         # the end of training is saved as model.pt (its `done` then skips training): a
         # checkpoint there would only be read after a kill in between, which resumes the same
         # from the one before
