@@ -268,3 +268,15 @@ def test_a_script_error_is_caught_and_shown(results, tmp_path):
     assert "script failed" in box.text()
     (body,) = root.find("body")
     assert "data-rendered" not in body.attrs
+
+
+def test_a_training_no_longer_than_val_every_still_has_a_loss_curve(results):
+    """Two training episodes, validated every two: one validation, but a loss point per episode;
+    and the method's name for its meta-loss recorded with each result."""
+    lines = [json.loads(line) for line in (results / "results.jsonl").read_text().splitlines()]
+    assert {r["meta_loss_name"] for r in lines} == {"query cross-entropy"}
+    for line in lines:
+        curve = json.loads((results / "cells" / line["config_hash"] / "training.json")
+                           .read_text())["curve"]
+        assert [p["episode"] for p in curve] == [1, 2]
+        assert [p["episode"] for p in curve if "val_accuracy" in p] == [2]
