@@ -112,7 +112,7 @@ def test_losses_and_inner_objectives_of_different_names_get_their_own_axes():
         "protonet": {"meta_loss_name": "query cross-entropy"}})
     fig = convergence_figure(report, report.settings[0], method_styles(report.methods))
     titles = sorted(ax.get_title() for ax in fig.axes)
-    assert titles == ["ELBO (higher is better)", "support cross-entropy (lower is better)"]
+    assert titles == ["ELBO\n(higher is better)", "support cross-entropy\n(lower is better)"]
     assert all(len(ax.get_lines()) == 1 for ax in fig.axes)
     plt.close(fig)
     import tempfile

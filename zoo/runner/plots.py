@@ -193,8 +193,7 @@ def loss_scale(values: list[float]) -> str:
 
 def one_point_note(ax: Any, curves: list[list[Any]], what: str) -> None:
     if curves and max(len(c) for c in curves) < 2:
-        ax.text(0.5, 0.04, f"one {what} per training: a point, not a curve",
-                transform=ax.transAxes, ha="center", fontsize=7, color="0.3")
+        ax.set_xlabel(f"{ax.get_xlabel()}\n(one {what} per training: a point, not a curve)")
 
 
 def training_curves(report: Report, out: Path) -> list[Path]:
@@ -238,7 +237,7 @@ def training_curves(report: Report, out: Path) -> list[Path]:
                     ax_val.plot([p["episode"] for p in curve], [p[val_key] for p in curve],
                                 label=e.method, **styles[e.method])
             ax_val.set(xlabel="training episode", title=val_key.replace("val_", "validation ")
-                       + " (higher is better; selects the checkpoint)")
+                       + "\n(higher is better; selects the checkpoint)")
             ax_val.title.set_fontsize(9)
             one_point_note(ax_val, [c for c in points if c], "validation")
             legend_entries(fig, axes)
@@ -287,7 +286,7 @@ def convergence_figure(report: Report, s: Any, styles: dict[str, dict[str, Any]]
         direction = {"lower": "lower is better", "higher": "higher is better", None: "a trace, no "
                      "direction"}.get(better, "direction not declared")
         ax.set(xlabel="inner steps taken", ylabel="mean over test episodes",
-               title=f"{name} ({direction})")
+               title=f"{name}\n({direction})")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.title.set_fontsize(9)
     legend_entries(fig, axes)
