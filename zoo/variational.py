@@ -15,7 +15,6 @@ K_c))`` is written once. Parameter conversions of univariate Gaussians are
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -203,18 +202,6 @@ class SoftmaxLikelihood:
         lse, s, s2 = softmax_draw_moments(mean, var, self.rule)
         ell = (mean * self.onehot).sum(-1) - lse
         return Expectations(ell, self.onehot - s, 0.5 * (s2 - s))
-
-
-class GaussianLikelihood:
-    """``p(y_n | f_n) = prod_c N(y_nc | f_nc, noise)``: the conjugate case, in closed form."""
-
-    def __init__(self, targets: Tensor, noise: float):
-        self.targets, self.noise = targets.to(DTYPE), float(noise)
-
-    def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
-        r = self.targets - mean
-        ell = -0.5 * ((r**2 + var) / self.noise + math.log(2 * math.pi * self.noise)).sum(-1)
-        return Expectations(ell, r / self.noise, torch.full_like(var, -0.5 / self.noise))
 
 
 def mean_parameter_gradient(mean: Tensor, g_m: Tensor, g_v: Tensor) -> tuple[Tensor, Tensor]:

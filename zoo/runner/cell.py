@@ -27,7 +27,8 @@ from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.storage import Results, environment, link_or_copy
-from zoo.runner.train import seed_everything, train_model
+from zoo.runner.train import train_model
+from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
