@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from zoo.control_variates import linear, neural, vector_valued
+from zoo.control_variates.gaussian import MetaCVEstimator
+from zoo.control_variates.methods import MetaControlVariate
+from zoo.errors import HyperParameterError
 from zoo.expectations import build_estimator
 from zoo.kernels import RBFKernel
 from zoo.stein import first_order
@@ -249,7 +252,7 @@ def test_one_inner_step_of_a_linear_cv_is_the_analytic_step():
     x, s, f = gaussian_tasks(2, 10)
     params = [torch.tensor([[0.3]], dtype=D), torch.tensor([-0.2], dtype=D)]  # u = w x + b
     lr = 0.05
-    theta = neural.adapt(params, x, s, f, steps=1, lr=lr, boundary=False)
+    theta = neural.adapt(params, x, s, f, steps=1, lr=lr, boundary=False, rule="sgd")
     # g = L'[u] = w + (w x + b) s: features (1 + x s, s); loss = mean (r - mean r)^2
     phi = torch.stack([1 + x[..., 0] * s[..., 0], s[..., 0]], -1)  # [T, n, 2]
     w = torch.tensor([0.3, -0.2], dtype=D)
@@ -261,9 +264,54 @@ def test_one_inner_step_of_a_linear_cv_is_the_analytic_step():
     torch.testing.assert_close(theta[1][:, 0], step[:, 1])
 
 
-def test_second_order_meta_gradient_equals_finite_differences():
+def test_inner_adam_is_torch_adam_per_task():
+    """Three inner Adam steps on two tasks at once equal ``torch.optim.Adam`` run on each task
+    alone (its moments are per task); the first step moves every parameter by ~``lr``."""
+    x, s, f = gaussian_tasks(2, 10, seed=5)
+    params = neural.init_params(1, (6,), generator=torch.Generator().manual_seed(1))
+    lr = 0.03
+    theta = neural.adapt(params, x, s, f, steps=3, lr=lr, boundary=False, penalty=1e-3)
+    one = neural.adapt(params, x, s, f, steps=1, lr=lr, boundary=False, penalty=1e-3)
+    for p, q in zip(one, params):
+        moved = (p.detach() - q).abs()
+        assert 0.99 * lr < float(moved.min()) and float(moved.max()) <= lr * (1 + 1e-12)
+    for t in range(2):
+        own = [p.clone().requires_grad_(True) for p in params]
+        opt = torch.optim.Adam(own, lr=lr)
+        for _ in range(3):
+            opt.zero_grad()
+            neural.task_loss(own, x[t], s[t], f[t], False, 1e-3).sum().backward()
+            opt.step()
+        for p, q in zip(theta, own):
+            torch.testing.assert_close(p[t].detach(), q.detach(), rtol=1e-12, atol=1e-14)
+
+
+def test_inner_rule_default_is_the_thesis_adam():
+    assert neural.MetaCV(1, hidden=(4,)).inner_rule == "adam"
+    assert MetaControlVariate.hyperparameters["inner_rule"].default == "adam"
+    assert MetaCVEstimator().inner_rule == "adam"
+    with pytest.raises(ValueError, match="inner rule"):
+        neural.MetaCV(1, hidden=(4,), inner_rule="rmsprop")
+    with pytest.raises(HyperParameterError, match="inner_rule"):
+        MetaCVEstimator(inner_rule="rmsprop")
+
+
+def test_inner_adam_meta_gradient_is_finite_where_a_gradient_is_exactly_zero():
+    """Centred outputs make the last bias's gradient exactly zero: Adam's square root at a zero
+    second moment must not turn the second-order meta-gradient into NaN."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 8, 2, generator=g, dtype=D)
+    f = torch.softmax(x, -1)
+    meta = neural.MetaCV(2, hidden=(5,), outputs=2, steps=2, inner_lr=0.05, centre=True)
+    grads = torch.autograd.grad(meta.meta_loss(x, -x, f), list(meta.params))
+    assert all(bool(torch.isfinite(gr).all()) for gr in grads)
+    assert float(grads[0].abs().sum()) > 0
+
+
+@pytest.mark.parametrize("rule", neural.INNER_RULES)
+def test_second_order_meta_gradient_equals_finite_differences(rule):
     x, s, f = gaussian_tasks(2, 8, seed=3)
-    meta = neural.MetaCV(1, hidden=(3,), steps=2, inner_lr=0.1, penalty=0.0)
+    meta = neural.MetaCV(1, hidden=(3,), steps=2, inner_lr=0.1, penalty=0.0, inner_rule=rule)
     loss = meta.meta_loss(x, s, f)
     grads = torch.autograd.grad(loss, list(meta.params))
     eps = 1e-6
