@@ -16,6 +16,7 @@ test split.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -31,7 +32,8 @@ from zoo.runner.train import build_for_cell, load_run
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("cell", type=Path, help="a finished bayes-last-layer cell folder")
+    p.add_argument("cell", type=Path, help="a finished bayes-last-layer cell or training folder, "
+                   "or a training folder's best.pt")
     p.add_argument("--budgets", type=int, nargs="+", default=[10, 50, 200, 800])
     p.add_argument("--episodes", type=int, default=30)
     p.add_argument("--seed", type=int, default=1, help="validation episode seed (not the run's)")
@@ -39,7 +41,11 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     reg = registry()
-    config, blob = load_run(args.cell, "cpu")
+    if args.cell.name == "best.pt":  # a training folder's best checkpoint so far
+        config = json.loads((args.cell.parent / "config.json").read_text())
+        blob = {"state_dict": torch.load(args.cell, map_location="cpu", weights_only=False)["model"]}
+    else:
+        config, blob = load_run(args.cell, "cpu")
     if args.seed == config["seed"]:
         raise SystemExit(f"--seed {args.seed} is the run's: its validation episodes chose the "
                          "checkpoint; pass another")

@@ -435,3 +435,45 @@ def test_the_ones_field_bound_of_the_diagnostic_script():
         lambda z: torch.stack([z[:, 0] - z[:, 1], z[:, 0], z.sum(-1)], -1), 2, 20_000, 20, 0)
     assert between == pytest.approx(2.5, rel=0.05)
     assert total == pytest.approx(5.0, rel=0.05)
+
+
+# -- the control functional's nugget ---------------------------------------------------------------
+
+def test_control_functional_nugget_maximises_the_stein_marginal_likelihood_jointly():
+    """On noisy values the joint (lengthscale, nugget) choice is the grid's maximum of the
+    profiled Stein marginal likelihood, and it is not the near-interpolating 1e-8."""
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(24, 1, generator=g, dtype=D)
+    y = (torch.sin(2 * z[:, 0]) + 0.3 * torch.randn(24, generator=g, dtype=D))[:, None]
+    chosen = linear.select_stein_kernel([(z, -z, y)], nugget=linear.NUGGETS)
+    best = max(
+        (float(linear.gls_fit(K0, y, lam * K0.diagonal().mean())[2]), ell, lam)
+        for ell in linear.LENGTHSCALES  # times sqrt(d) = 1
+        for K0 in [stein_kernel(RBFKernel(1, lengthscale=ell, learn_outputscale=False).double(),
+                                z, z, -z, -z).detach()]
+        for lam in linear.NUGGETS)
+    assert chosen.nugget == best[2] > 1e-8
+    assert float(chosen.kernel.lengthscale.detach()) == pytest.approx(best[1], rel=1e-6)
+    assert float(chosen.fits[0][2]) == pytest.approx(best[0], rel=1e-12)
+    with pytest.raises(ValueError, match="positive"):
+        linear.select_stein_kernel([(z, -z, y)], nugget=(1e-3, 0.0))
+
+
+def test_control_functional_method_chooses_its_nugget_unless_given():
+    from zoo.control_variates.methods import ControlFunctional
+    from zoo.tasks.integration import IntegrationProblem
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(30, 1, generator=g, dtype=D)
+    f = (x[:, 0] > 0).to(D)  # the step: a near-interpolating CF removes nothing
+    problem = IntegrationProblem(x, f, -x, {})
+    chosen = ControlFunctional(dim=1).estimate(problem).value
+    at = {lam: float(linear.control_functional(x, -x, f[:, None], nugget=lam).value[0])
+          for lam in linear.NUGGETS}
+    z = (x - x.mean(0)) / x.std(0)
+    picked = linear.select_stein_kernel([(z, -z * x.std(0), f[:, None])],
+                                        nugget=linear.NUGGETS).nugget
+    assert picked > 1e-8
+    assert chosen == pytest.approx(at[picked], abs=1e-12)
+    assert ControlFunctional(dim=1, nugget=1e-8).estimate(problem).value == pytest.approx(
+        at[1e-8], abs=1e-12)

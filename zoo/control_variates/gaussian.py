@@ -377,8 +377,8 @@ class MetaCVEstimator(_FittedCV):
     (whitened draws and integrand values) and the meta-CV takes ``meta_steps`` outer steps, each on
     ``meta_batch`` harvested integrals (its own Adam, rate ``lr``); at test each integral adapts
     the meta-CV by ``steps`` inner steps (``inner_rule``: Adam, the thesis's, or sgd) on its
-    fitting half and estimates on the other (``split``). The classifier owns the learned :class:`MetaCVState` (``state``, set by the
-    method)."""
+    fitting half and estimates on the other (``split``). The classifier owns the learned
+    :class:`MetaCVState` (``state``, set by the method)."""
 
     name: ClassVar[str] = "meta-cv"
     steps: int = 1
