@@ -613,6 +613,7 @@ def versions() -> dict[str, Any]:
     """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
     import importlib.metadata as md
 
+    from zoo.hookspecs import DISTRIBUTION
     from zoo.plugins import registry
 
     def version(dist: str) -> str | None:
@@ -623,7 +624,7 @@ def versions() -> dict[str, Any]:
 
     return {"python": platform.python_version(), "torch": version("torch"),
             "pyro": version("pyro-ppl"), "learn2learn": version("learn2learn"),
-            "zoo": version("zoo"),
+            "zoo": version(DISTRIBUTION),
             "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
 
 
