@@ -19,9 +19,11 @@ from pathlib import Path
 
 import torch
 
+from zoo.io import atomic_write_json
 from zoo.plugins import registry
 from zoo.runner.cell import run_unit
 from zoo.runner.cells import expand_cells
+from zoo.runner.storage.layout import FORMAT, MARKER
 from zoo.runner.suite import apply_overrides, load_suite
 
 MODEL_TIME = [0.0]
@@ -60,7 +62,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "zoo-results.json").write_text('{"format": "zoo-results", "version": 1}')
+        atomic_write_json(root / MARKER, FORMAT)
         start = time.perf_counter()
         (outcome,) = run_unit(cells, root, None, "cpu", threads=args.threads)
         total = time.perf_counter() - start

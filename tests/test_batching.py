@@ -16,8 +16,8 @@ from zoo import Method, Prediction
 from zoo.batching import _Batch, _entered, batched_losses, per_episode, stack_episodes
 from zoo.errors import ZooError
 from zoo.jitter import JitterPolicy
-from zoo.method import draw_seed, episode_generator
 from zoo.plugins import registry
+from zoo.seeds import draw_seed, episode_generator, episode_own_seed
 from zoo.testing import build_for_tests, check_batched_meta_loss, toy_episode
 
 
@@ -76,7 +76,7 @@ def test_per_episode_draws_are_the_loops():
     assert torch.equal(torch.func.vmap(one, randomness="same")(torch.arange(3)), seeds)
     assert per_episode(episodes[1], lambda e: torch.tensor(draw_seed(e, 1))) == seeds[1]
     with _entered(_Batch(episodes, torch.tensor(0))):  # the episode's seed is not the batch's
-        for ask in (draw_seed, episode_generator):
+        for ask in (lambda e: draw_seed(e, 1), episode_generator, episode_own_seed):
             with pytest.raises(ZooError, match="per_episode"):
                 ask(episodes[0])
 

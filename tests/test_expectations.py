@@ -17,8 +17,8 @@ from zoo.expectations import (
     build_estimator,
     standard_normal_draws,
 )
-from zoo.method import draw_seed, episode_generator
 from zoo.plugins import registry
+from zoo.seeds import draw_seed, episode_generator, episode_own_seed
 
 DTYPE = torch.float64
 ESTIMATORS = [SobolEstimator(samples=512), MonteCarloEstimator(samples=512),
@@ -128,7 +128,7 @@ def test_sobol_draws_are_antithetic_and_standard():
 def test_episode_seed_keeps_the_historical_streams():
     empty = torch.zeros(0)
     episode = Episode(empty, empty, empty, empty, way=2, shot=1, info={"seed": 2**40 + 12345})
-    assert draw_seed(episode) == (2**40 + 12345) % 2**31
+    assert episode_own_seed(episode) == (2**40 + 12345) % 2**31
     expected = int(torch.randint(0, 2**62, (1,), generator=episode_generator(episode, 2)))
     assert draw_seed(episode, salt=2) == expected != draw_seed(episode, salt=1)
 

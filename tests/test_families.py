@@ -13,12 +13,28 @@ from torch import Tensor
 from zoo.backbones import Backbone
 from zoo.episode import Episode
 from zoo.families.gp import GPMethod, check_finite
-from zoo.families.last_layer import LastLayerMethod, gaussian_weight_posterior
+from zoo.families.last_layer import LastLayerMethod
+from zoo.gaussians import FullGaussian
 from zoo.gp import DTYPE
 from zoo.kernels import BUILTIN as KERNELS
+from zoo.seeds import episode_own_seed
 from zoo.testing import build_for_tests, toy_episode
 
 D, C, N, Q = 5, 3, 12, 7
+
+
+def gaussian_weight_posterior(phi: Tensor, lam: Tensor, nu: Tensor, prior_var: Tensor | float,
+                              ) -> FullGaussian:
+    """The per-class weight posterior (natural form, batch ``[C]``) from the prior
+    ``N(0, prior_var I)`` and Gaussian sites ``exp(nu_cn f_cn - lam_cn f_cn^2 / 2)`` on
+    ``f_cn = phi_n^T w_c`` (``phi [N, D]``, ``lam, nu [C, N]``): precision
+    ``I / s + Phi^T diag(lam) Phi``, ``eta1 = Phi^T nu``."""
+    phi, lam, nu = phi.to(DTYPE), lam.to(DTYPE), nu.to(DTYPE)
+    eye = torch.eye(phi.shape[-1], dtype=DTYPE, device=phi.device)
+    precision = eye / prior_var + torch.einsum("nd,cn,ne->cde", phi, lam, phi)
+    U = torch.linalg.cholesky(precision)
+    return FullGaussian.from_precision_tril(torch.cholesky_solve((nu @ phi)[..., None], U)[..., 0],
+                                            U)
 
 
 class Identity(Backbone):
@@ -78,7 +94,8 @@ def test_linear_kernel_gp_equals_gaussian_last_layer(estimator):
         assert m_gp.shape == (Q, C) and v_gp.min() > 1e-3  # N > D: K is singular, still fine
         assert torch.allclose(m_gp, m_ll, atol=1e-10, rtol=0)
         assert torch.allclose(v_gp, v_ll, atol=1e-10, rtol=0)
-        p_gp, p_ll = gp.probabilities(m_gp, v_gp, episode), ll.probabilities(m_ll, v_ll, episode)
+        seed = episode_own_seed(episode)  # predict's
+        p_gp, p_ll = gp.probabilities(m_gp, v_gp, seed=seed), ll.probabilities(m_ll, v_ll, seed=seed)
         assert torch.allclose(p_gp, p_ll, atol=1e-10, rtol=0)
         assert torch.equal(gp.predict(episode).probs, p_gp.float())
 

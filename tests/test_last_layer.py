@@ -10,6 +10,7 @@ from zoo.episode import Episode
 from zoo.families.last_layer import LastLayerMethod, head_rows, linear_gaussian_marginals, weight_samples
 from zoo.gaussians import FullGaussian
 from zoo.gp import DTYPE
+from zoo.seeds import draw_seed
 from zoo.testing import IdentityBackbone
 
 C, D, Q = 3, 4, 5
@@ -57,7 +58,7 @@ def test_weight_draws_and_marginals_estimate_the_same_probabilities():
     q = m.weight_posterior(episode)
     by_weights = m.weight_probabilities(phi, q, episode, salt=1, samples=20000)
     mean, var = m.latent(episode)
-    by_marginals = m.probabilities(mean, var, episode, salt=2)
+    by_marginals = m.probabilities(mean, var, seed=draw_seed(episode, 2))
     assert torch.allclose(by_weights, by_marginals, atol=0.01)
     W = weight_samples(q, C, torch.zeros(1, C * D, dtype=DTYPE))
     assert torch.equal(W[0], q.mean)

@@ -11,8 +11,8 @@ import torch
 from zoo import Episode, Method, Prediction
 from zoo.errors import HyperParameterError
 from zoo.hparams import HParam, resolve_hparams
-from zoo.method import episode_generator
 from zoo.plugins import registry
+from zoo.seeds import episode_generator
 
 
 class Base(Method):

@@ -5,14 +5,26 @@ import math
 import pytest
 import torch
 from scipy import stats
+from torch import Tensor
 
+from zoo.gp import DTYPE
 from zoo.polyagamma import (
+    _h_over_x3,
     polyagamma_mean,
-    polyagamma_var,
     sample_polyagamma,
     sample_polyagamma_numpy,
     sample_polyagamma_torch,
 )
+
+
+def polyagamma_var(b: Tensor | float, c: Tensor | float) -> Tensor:
+    """``Var[w] = b (sinh c - c) / (4 c^3 cosh^2(c/2))`` for ``w ~ PG(b, c)``; ``b/24`` at ``c = 0``.
+
+    Written as ``b (tanh x - x sech^2 x) / (16 x^3)`` with ``x = |c|/2`` (the same function), through
+    the sampler's own ``(tanh x - x sech^2 x) / x^3``."""
+    x = torch.as_tensor(c, dtype=DTYPE).abs() / 2
+    return torch.as_tensor(b, dtype=DTYPE) * _h_over_x3(x) / 16
+
 
 CS = [0.0, 1e-3, 0.15, 0.5, 3.0, -3.0, 10.0, 50.0, 300.0]
 

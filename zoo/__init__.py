@@ -47,9 +47,10 @@ if TYPE_CHECKING:
     from zoo.hookspecs import hookimpl
     from zoo.hparams import HParam
     from zoo.io import atomic_write_json
-    from zoo.method import Method, Prediction, build_method, draw_seed, episode_generator, manual_seed
+    from zoo.method import Method, Prediction, build_method
     from zoo.plugins import load_dataset
     from zoo.polyagamma import device_generator
+    from zoo.seeds import coordinate_seed, draw_seed, episode_generator, episode_own_seed, hash_seed
     from zoo.spec import parse_spec
 
 __version__ = "0.1.0"
@@ -64,7 +65,8 @@ _HOMES = {
     "hookimpl": "zoo.hookspecs", "build_method": "zoo.method",
     # episodes and the seeds of their random draws
     "Episode": "zoo.episode", "EpisodeSampler": "zoo.episode",
-    "episode_generator": "zoo.method", "draw_seed": "zoo.method", "manual_seed": "zoo.method",
+    "episode_generator": "zoo.seeds", "draw_seed": "zoo.seeds", "episode_own_seed": "zoo.seeds",
+    "coordinate_seed": "zoo.seeds", "hash_seed": "zoo.seeds",
     "device_generator": "zoo.polyagamma",
     # errors
     "ZooError": "zoo.errors", "EpisodeError": "zoo.errors", "DataMissingError": "zoo.errors",
@@ -76,7 +78,8 @@ _HOMES = {
 
 __all__ = ["DataMissingError", "Episode", "EpisodeError", "EpisodeSampler", "HParam",
            "HyperParameterError", "Method", "NumericalError", "Prediction", "ZooError",
-           "atomic_write_json", "build_method", "check_finite", "device_generator", "draw_seed",
-           "episode_generator", "hookimpl", "load_dataset", "manual_seed", "parse_spec"]
+           "atomic_write_json", "build_method", "check_finite", "coordinate_seed",
+           "device_generator", "draw_seed", "episode_generator", "episode_own_seed", "hash_seed",
+           "hookimpl", "load_dataset", "parse_spec"]
 
 __getattr__, __dir__ = exports(globals(), _HOMES)

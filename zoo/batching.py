@@ -15,7 +15,7 @@ The numbers are the per-episode loop's (up to the order of floating-point sums):
   returned with the losses; when one fails, or a loss is not finite, the batched result is dropped
   (no gradient, no running average touched) and the caller replays the meta-batch episode by
   episode, so errors, jitter uses and skipped steps are the loop's exactly.
-* Draws seeded by the episode (:func:`zoo.method.draw_seed`: a host integer per episode, which
+* Draws seeded by the episode (:func:`zoo.seeds.draw_seed`: a host integer per episode, which
   one vmapped call cannot carry) are made through :func:`per_episode`: for every episode of the
   meta-batch with its own seed, stacked, and picked by the vmapped episode slot; they are the
   loop's draws. ``draw_seed`` itself raises inside a batched call, so a method that draws another
@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from zoo.errors import NumericalError
+from zoo.seeds import refusing_episode_seeds
 
 
 @dataclass
@@ -55,6 +56,9 @@ class _Batch:
 
 
 _BATCH: ContextVar[_Batch | None] = ContextVar("zoo_batched_call", default=None)
+OWN_SEEDS = ("an episode's seed was asked for inside a batched meta-loss, whose episodes each have "
+             "their own: make the draws through zoo.batching.per_episode (e.g. "
+             "LatentGaussianMethod.rule), or keep the method's batches_episodes False")
 
 T = TypeVar("T")
 RUNNING = ("running_mean", "running_var", "num_batches_tracked")
@@ -77,7 +81,7 @@ def defer_check(ok: Tensor) -> bool:
 
 def per_episode(episode: Any, make: Callable[[Any], T]) -> T:
     """``make(episode)``: a tensor, or a dataclass of tensors, made from host values of the
-    episode (the draws its seed gives, :func:`zoo.method.draw_seed`). Inside a batched call each
+    episode (the draws its seed gives, :func:`zoo.seeds.draw_seed`). Inside a batched call each
     episode gets its own: ``make`` runs on every episode of the meta-batch, outside the vmap, and
     the results are stacked and indexed by the call's vmapped slot, so the draws are those the
     loop would make."""
@@ -86,7 +90,8 @@ def per_episode(episode: Any, make: Callable[[Any], T]) -> T:
         return make(episode)
     token = _BATCH.set(None)
     try:
-        made = [make(e) for e in batch.episodes]
+        with refusing_episode_seeds(None):
+            made = [make(e) for e in batch.episodes]
     finally:
         _BATCH.reset(token)
     first = made[0]
@@ -101,7 +106,8 @@ def per_episode(episode: Any, make: Callable[[Any], T]) -> T:
 def _entered(batch: _Batch) -> Iterator[_Batch]:
     token = _BATCH.set(batch)
     try:
-        yield batch
+        with refusing_episode_seeds(OWN_SEEDS):
+            yield batch
     finally:
         _BATCH.reset(token)
 

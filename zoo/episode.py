@@ -8,8 +8,6 @@ per-episode results can be compared pairwise.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +15,7 @@ import torch
 from torch import Tensor
 
 from zoo.errors import EpisodeError
+from zoo.seeds import coordinate_seed
 
 if TYPE_CHECKING:
     from zoo.data.base import FewShotDataset
@@ -52,8 +51,7 @@ class Episode:
 def episode_seed(seed: int, dataset: str, split: str, way: int, shot: int, query: int,
                  index: int) -> int:
     """A 63-bit seed that depends on every coordinate of the episode and on nothing else."""
-    key = json.dumps([int(seed), dataset, split, int(way), int(shot), int(query), int(index)])
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+    return coordinate_seed(int(seed), dataset, split, int(way), int(shot), int(query), int(index))
 
 
 class EpisodeSampler:

@@ -34,9 +34,9 @@ import torch
 from torch import Tensor
 
 from zoo.errors import HyperParameterError
+from zoo.gp import DTYPE
 from zoo.spec import parse_spec
 
-DTYPE = torch.float64
 MAX_POINTS = 2**20
 
 Integrand = Callable[[Tensor], Tensor]

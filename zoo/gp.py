@@ -32,6 +32,7 @@ from zoo.gram import FeatureGram, Gram, dense, pack_symmetric, unpack_symmetric
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 
 DTYPE = torch.float64
+"""The precision of the small GP algebra and of the expectation step (features stay float32)."""
 
 
 def shared(K: Tensor) -> Tensor:

@@ -33,9 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from zoo.gp import SitePosterior
+from zoo.gp import DTYPE, SitePosterior
 
-DTYPE = torch.float64
 _SMALL = 0.1  # below this |c|/2 the closed forms are replaced by their Taylor series
 PACKAGE_MAX_C = 100.0  # polyagamma 2.0.2 is measured correct up to |c| = 150, wrong from 200
 
@@ -64,14 +63,6 @@ def _h_over_x3(x: Tensor) -> Tensor:
     x2 = x * x
     series = 2 / 3 + x2 * (-8 / 15 + x2 * (34 / 105 - x2 * 496 / 2835))
     return torch.where(x < _SMALL, series, _h(x) / x.clamp_min(_SMALL) ** 3)
-
-
-def polyagamma_var(b: Tensor | float, c: Tensor | float) -> Tensor:
-    """``Var[w] = b (sinh c - c) / (4 c^3 cosh^2(c/2))`` for ``w ~ PG(b, c)``; ``b/24`` at ``c = 0``.
-
-    Written as ``b (tanh x - x sech^2 x) / (16 x^3)`` with ``x = |c|/2`` (the same function)."""
-    x = torch.as_tensor(c, dtype=DTYPE).abs() / 2
-    return torch.as_tensor(b, dtype=DTYPE) * _h_over_x3(x) / 16
 
 
 def augmented_log_marginal(post: SitePosterior, b: Tensor | float, kappa: Tensor) -> Tensor:

@@ -40,16 +40,29 @@ from torch import Tensor, nn
 from zoo.backbones import Backbone
 from zoo.data.base import FewShotDataset
 from zoo.episode import Episode, EpisodeSampler, episode_seed
+from zoo.gp import DTYPE
 from zoo.io import json_line
 from zoo.kernels import Kernel
 from zoo.method import Method, build_method
 from zoo.plugins import registry
-from zoo.variational import GaussianLikelihood
+from zoo.variational import Expectations
 
 __all__ = ["GaussianLikelihood", "IdentityBackbone", "TanhBackbone", "build_for_tests",
            "check_algebra_routes", "check_batched_meta_loss", "check_dataset", "check_kernel",
            "check_method", "check_regression_method", "check_task", "exact_expected_log_softmax",
            "line_episode", "registry", "softmax_marginals", "tiny_episode", "toy_episode"]
+
+class GaussianLikelihood:
+    """``p(y_n | f_n) = prod_c N(y_nc | f_nc, noise)``: the conjugate case, in closed form."""
+
+    def __init__(self, targets: Tensor, noise: float):
+        self.targets, self.noise = targets.to(DTYPE), float(noise)
+
+    def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
+        r = self.targets - mean
+        ell = -0.5 * ((r**2 + var) / self.noise + math.log(2 * math.pi * self.noise)).sum(-1)
+        return Expectations(ell, r / self.noise, torch.full_like(var, -0.5 / self.noise))
+
 
 SETTINGS = ((2, 1), (20, 5))
 
@@ -186,7 +199,7 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
             f"{at}: rows of probs sum to {sums.tolist()}; normalise them (softmax)"
         assert torch.equal(first, again), \
             f"{at}: predict depends on the global RNG state; draw from " \
-            "zoo.method.episode_generator(episode)"
+            "zoo.seeds.episode_generator(episode)"
     _check_any_way(name, settings, **hparams)
 
 
@@ -230,7 +243,7 @@ def check_regression_method(name: str, **hparams: Any) -> None:
         task.check(first, episode, name)
         assert torch.equal(first.mean, again.mean) and torch.equal(first.var, again.var), \
             f"{at}: predict depends on the global RNG state; draw from " \
-            "zoo.method.episode_generator(episode)"
+            "zoo.seeds.episode_generator(episode)"
         if bounds is not None:
             elbo, iw = bounds
             assert math.isfinite(elbo) and elbo <= iw + 1e-6, \

@@ -15,7 +15,6 @@ K_c))`` is written once. Parameter conversions of univariate Gaussians are
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,17 +51,17 @@ points, each block contiguous and at most this size (512 KB in float32): a whole
 tensor (51 MB at 1,000 points, 50 classes, 256 draws) would go through memory once per pass,
 page-fault on first touch on every call, and, laid out as the strides of transposed marginals
 dictate (points innermost), make every reduction strided (~20x slower there). Up to it the
-tensor is formed in one piece, as before blocks existed, so small problems (the quick suite's
-5-way episodes) keep their exact float32 rounding."""
+tensor is formed in one piece."""
 
 
 def _blocks(mean: Tensor, var: Tensor, draws: Tensor) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
     """``mean``, ``var`` ``[P, C]`` whole (small problems) or in contiguous blocks of points, and
-    the draws transposed, ``[C, S]`` (contiguous with the blocks, so that each block's ``[n, C,
-    S]`` tensor is contiguous with the draws innermost)."""
+    the draws transposed, ``[C, S]``, contiguous, so that each ``[n, C, S]`` tensor is contiguous
+    with the draws innermost (a 5-way episode's ``sd * z + mean``: 5x faster than with the
+    transposed draws' strides)."""
     (P, C), S = mean.shape, draws.shape[0]
     if P * C * S <= CHUNK_ELEMENTS:
-        return [(mean, var)], draws.T
+        return [(mean, var)], draws.T.contiguous()
     step = max(1, CHUNK_ELEMENTS // (C * S))
     return ([(mean[i:i + step].contiguous(), var[i:i + step].contiguous())
              for i in range(0, P, step)], draws.T.contiguous())
@@ -74,10 +73,7 @@ def _draw_softmax(mean: Tensor, var: Tensor, draws_t: Tensor) -> tuple[Tensor, T
     plus the per-draw ``logsumexp`` parts (total, shift) ``[n, 1, S]``."""
     dt = draws_t.dtype
     mean, sd = mean.to(dt)[..., None], var.clamp_min(0).sqrt().to(dt)[..., None]
-    # a block: mul + add_ (3x faster than addcmul's broadcast in this layout); one piece:
-    # addcmul, as before blocks existed (the same rounding)
-    f = (torch.mul(sd, draws_t).add_(mean) if draws_t.is_contiguous()
-         else torch.addcmul(mean, sd, draws_t))
+    f = torch.mul(sd, draws_t).add_(mean)  # 3x faster than addcmul's broadcast in this layout
     shift = f.amax(-2, keepdim=True)
     e = f.sub_(shift).exp_()
     total = e.sum(-2, keepdim=True)
@@ -203,18 +199,6 @@ class SoftmaxLikelihood:
         lse, s, s2 = softmax_draw_moments(mean, var, self.rule)
         ell = (mean * self.onehot).sum(-1) - lse
         return Expectations(ell, self.onehot - s, 0.5 * (s2 - s))
-
-
-class GaussianLikelihood:
-    """``p(y_n | f_n) = prod_c N(y_nc | f_nc, noise)``: the conjugate case, in closed form."""
-
-    def __init__(self, targets: Tensor, noise: float):
-        self.targets, self.noise = targets.to(DTYPE), float(noise)
-
-    def expectations(self, mean: Tensor, var: Tensor) -> Expectations:
-        r = self.targets - mean
-        ell = -0.5 * ((r**2 + var) / self.noise + math.log(2 * math.pi * self.noise)).sum(-1)
-        return Expectations(ell, r / self.noise, torch.full_like(var, -0.5 / self.noise))
 
 
 def mean_parameter_gradient(mean: Tensor, g_m: Tensor, g_v: Tensor) -> tuple[Tensor, Tensor]:

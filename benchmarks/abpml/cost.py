@@ -3,9 +3,10 @@ on the same episode (glyphs, conv4s), in one run; the goal is a ratio <= 1.3.
 
 A step is ``meta_loss`` + backward + Adam step; both methods are second-order with the same
 ``inner_lr``. Steps are interleaved and timed in CPU time on one thread (the machine is shared),
-under the runner's malloc setting (``zoo.runner.allocator``); on ``--device cuda`` in wall time
-after a synchronisation. ABPML does one more forward pass of the support set per step than MAML
-(the prototypes of the adapted network); its Gaussian head and KL are O(C K p).
+under the runner's malloc setting (``zoo.runner.malloc``: the script runs itself again with it);
+on ``--device cuda`` in wall time after a synchronisation. ABPML does one more forward pass of
+the support set per step than MAML (the prototypes of the adapted network); its Gaussian head and
+KL are O(C K p).
 
     python benchmarks/abpml/cost.py [--repeat 9] [--steps 1 5] [--device cpu]
 """
@@ -21,10 +22,12 @@ import torch
 
 from zoo import EpisodeSampler, build_method
 from zoo.plugins import load_dataset
-from zoo.runner.allocator import retain_freed_memory
+from zoo.runner.malloc import RETAIN, exec_with, malloc_setting
 
 torch.set_num_threads(1)
-MALLOC = retain_freed_memory()  # as in the runner
+if __name__ == "__main__":
+    exec_with(RETAIN)  # as in the runner
+MALLOC = malloc_setting()
 
 
 def train_step(name: str, episode, device: str, steps: int) -> Callable[[], None]:

@@ -4,7 +4,8 @@ A training step is ``meta_loss`` + ``backward`` + an Adam step on one episode (t
 accumulates ``meta_batch`` of them per optimizer step; this times one). A test episode is
 ``predict`` in eval mode under ``torch.no_grad()``. Episodes are the conformance suite's toy
 episodes (28x28, one channel, 15 queries per class): timing does not depend on the pixels. Calls
-run under the runner's malloc setting (``zoo.runner.allocator``), as every cell does.
+run under the runner's malloc setting (``zoo.runner.malloc``), as every cell does: the script runs
+itself again with it if it was started without.
 
     .venv/bin/python benchmarks/baselines/speed.py                  # every method below, CPU
     .venv/bin/python benchmarks/baselines/speed.py --device cuda --repeats 20 maml anil
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from zoo.method import build_method
-from zoo.runner.allocator import retain_freed_memory
+from zoo.runner.malloc import RETAIN, exec_with, malloc_setting
 from zoo.testing import toy_episode
 
 METHODS = ("protonet", "maml", "fomaml", "metasgd", "anil", "abml", "bmaml", "feature-transfer",
@@ -73,7 +74,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    malloc = retain_freed_memory()  # as in the runner
+    exec_with(RETAIN)  # as in the runner
+    malloc = malloc_setting()
     print(f"{args.way}-way {args.shot}-shot, conv4s 28x28, 15 queries/class, {device}, "
           f"median of {args.repeats}, malloc {malloc}")
     print(f"{'method':<18}{'s / train step':>16}{'s / test episode':>18}")

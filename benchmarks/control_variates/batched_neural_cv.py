@@ -12,7 +12,7 @@ import time
 from zoo.control_variates.methods import NeuralCV
 from zoo.plugins import load_dataset
 from zoo.spec import parse_spec
-from zoo.tasks.integration import sample_task
+from zoo.tasks.integration import sample_integrand
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     p.add_argument("--width", type=int, default=40)
     args = p.parse_args()
     warm = NeuralCV(dim=1, width=args.width)
-    warm.estimate_batch([sample_task(load_dataset("south"), "test", 0, 10, i).problem
+    warm.estimate_batch([sample_integrand(load_dataset("south"), "test", 0, 10, i).problem
                          for i in range(2)])
     total_batched = total_alone = 0.0
     for spec in args.families:
@@ -32,7 +32,7 @@ def main() -> None:
         family = load_dataset(name, **options)
         method = NeuralCV(dim=family.dim, width=args.width)
         for n in args.budgets:
-            problems = [sample_task(family, "test", 0, n, i).problem for i in range(args.tasks)]
+            problems = [sample_integrand(family, "test", 0, n, i).problem for i in range(args.tasks)]
             start = time.perf_counter()
             together = method.estimate_batch(problems)
             batched = time.perf_counter() - start

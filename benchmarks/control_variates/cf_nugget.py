@@ -25,7 +25,7 @@ from zoo.control_variates.fitting import fit_size
 from zoo.control_variates.methods import ControlFunctional, _boundary
 from zoo.plugins import load_dataset
 from zoo.spec import parse_spec
-from zoo.tasks.integration import sample_task
+from zoo.tasks.integration import sample_integrand
 
 
 def chosen_nugget(problem, mode: str) -> float:
@@ -53,7 +53,7 @@ def main() -> None:
         name, options = parse_spec(spec)
         family = load_dataset(name, **options)
         for n in args.budgets:
-            episodes = [sample_task(family, "val", 0, n, i) for i in range(args.tasks)]
+            episodes = [sample_integrand(family, "val", 0, n, i) for i in range(args.tasks)]
             truth = np.array([e.truth for e in episodes])
             mc_err = np.array([float(e.problem.fx.double().mean()) for e in episodes]) - truth
             rows = [(f"{v:g}", v) for v in linear.NUGGETS] + [("marginal likelihood", None)]

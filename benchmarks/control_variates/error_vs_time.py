@@ -22,7 +22,7 @@ from zoo.control_variates.methods import METHODS
 from zoo.control_variates.neural import MetaCV
 from zoo.plugins import load_dataset
 from zoo.spec import parse_spec
-from zoo.tasks.integration import sample_task
+from zoo.tasks.integration import sample_integrand
 
 METHODS_DEFAULT = ["mc", "poly-cv", "control-functional", "neural-cv", "vv-cv",
                    "vv-cv[coupling=learned]"]
@@ -48,7 +48,7 @@ def main() -> None:
     for spec in args.families:
         family = load_dataset(*[parse_spec(spec)[0]], **parse_spec(spec)[1])
         for n in args.budgets:
-            episodes = [sample_task(family, args.split, 0, n, i) for i in range(args.tasks)]
+            episodes = [sample_integrand(family, args.split, 0, n, i) for i in range(args.tasks)]
             mc_err = np.array([float(e.problem.fx.mean()) - e.truth for e in episodes])
             for label, name, options in methods:
                 if name == "vv-cv" and not episodes[0].problem.related:

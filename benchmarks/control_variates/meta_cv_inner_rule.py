@@ -29,7 +29,7 @@ from zoo.control_variates.methods import MetaControlVariate
 from zoo.control_variates.neural import INNER_RULES
 from zoo.metrics import mean_ci, paired_difference
 from zoo.plugins import load_dataset
-from zoo.tasks.integration import sample_task
+from zoo.tasks.integration import sample_integrand
 
 
 def stacked(episodes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -46,7 +46,7 @@ def train_and_test(dim: int, n: int, rule: str, outer_steps: int, tests: list) -
     opt = torch.optim.Adam(method.parameters(), lr=h["lr"])
     start = time.perf_counter()
     for step in range(outer_steps):
-        batch = [sample_task(family, "train", 0, n, step * h["meta_batch"] + i)
+        batch = [sample_integrand(family, "train", 0, n, step * h["meta_batch"] + i)
                  for i in range(h["meta_batch"])]
         opt.zero_grad()
         method.meta.meta_loss(*stacked(batch)).backward()
@@ -69,7 +69,7 @@ def main() -> None:
     for dim in args.dims:
         family = load_dataset("genz-oscillatory", dim=dim)
         for n in args.samples:
-            tests = [sample_task(family, "test", 0, n, i) for i in range(args.test)]
+            tests = [sample_integrand(family, "test", 0, n, i) for i in range(args.test)]
             truth = np.array([e.truth for e in tests])
             mc = np.abs(np.array([float(e.problem.fx.double().mean()) for e in tests]) - truth)
             m, ci = mean_ci(mc)

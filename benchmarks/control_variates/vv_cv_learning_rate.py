@@ -18,7 +18,7 @@ from zoo.control_variates import vector_valued
 from zoo.control_variates.methods import VectorValuedCV
 from zoo.plugins import load_dataset
 from zoo.spec import parse_spec
-from zoo.tasks.integration import sample_task
+from zoo.tasks.integration import sample_integrand
 
 
 def objective(k0, B, task, fx, alpha, beta, lam) -> float:
@@ -38,7 +38,7 @@ def main() -> None:
     name, options = parse_spec(args.family)
     family = load_dataset(name, **options)
     for n in args.budgets:
-        problems = [sample_task(family, "val", 0, n, i).problem for i in range(args.tasks)]
+        problems = [sample_integrand(family, "val", 0, n, i).problem for i in range(args.tasks)]
         grams = [VectorValuedCV(dim=family.dim).gram(q) for q in problems]
         task = grams[0][1]
         T = int(task.max()) + 1

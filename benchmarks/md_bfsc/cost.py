@@ -3,8 +3,9 @@
 1. a training step (meta_loss + backward + Adam step) against ProtoNet with the same backbone
    (conv4s) and the same episode (glyphs, 5-way, 80 images): the ratio should be <= 1.3. Steps are
    interleaved and timed in CPU time (the machine is shared), under the runner's malloc setting
-   (``zoo.runner.allocator``: without it the page faults of either method vary from run to run
-   with allocation order; ``benchmarks/allocator.py`` shows both settings);
+   (``zoo.runner.malloc``: the script runs itself again with it if it was started without;
+   without it the page faults of either method vary from run to run with allocation order;
+   ``benchmarks/allocator.py`` shows both settings);
 2. time per test episode (predict, 50 inner steps) for way in {5, 20, 50} x shot in {1, 5, 20},
    15 queries per class, on random 28x28 images (the cost depends only on the sizes). Each cell is
    first timed with 2 and 6 inner steps (every step costs the same: one batched Cholesky of the
@@ -26,11 +27,13 @@ import torch
 
 from zoo import EpisodeSampler, build_method
 from zoo.plugins import load_dataset
-from zoo.runner.allocator import retain_freed_memory
+from zoo.runner.malloc import RETAIN, exec_with, malloc_setting
 from zoo.testing import toy_episode
 
 torch.set_num_threads(1)
-MALLOC = retain_freed_memory()  # as in the runner
+if __name__ == "__main__":
+    exec_with(RETAIN)  # as in the runner
+MALLOC = malloc_setting()
 
 
 def median_time(fn, repeat: int) -> float:

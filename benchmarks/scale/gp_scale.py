@@ -10,15 +10,15 @@ shared with other work the least disturbed estimate of the cost; ``--stat median
 choice; the JSON has both). On the CPU the clock is the process's CPU time (``--clock cpu``, the
 default there; with one thread it is the call's own cost, which other processes on the same
 cores inflate in wall time only), on a GPU the synchronised wall time. The calls run under the
-runner's malloc setting (:func:`zoo.runner.allocator.retain_freed_memory`, as every cell does;
-``--malloc default`` leaves glibc's): with glibc's defaults a call's page faults depend on what
-the methods before it left in the heap, so a ratio moves with the order of the methods (card
-``gp-scale.md``). Peak memory is the growth of the process's peak resident set
-during the warm-up call on the CPU (``/proc/self/clear_refs`` resets it; inside
-:func:`~zoo.runner.allocator.returning_freed_memory`, so freed buffers go back to the kernel and
-the growth is the call's own) and ``max_memory_allocated`` on a GPU. GP methods use the cosine
-kernel unless ``--kernel`` names another (``default``: each method's own); ``--algebra``
-overrides the route (default ``auto``, :mod:`zoo.gram`).
+runner's malloc setting (:data:`zoo.runner.malloc.RETAIN`, as every cell does: the script runs
+itself again with it; ``--malloc default`` without it, glibc's): with glibc's defaults a call's
+page faults depend on what the methods before it left in the heap, so a ratio moves with the
+order of the methods (card ``gp-scale.md``). Peak memory is, on the CPU, the growth of the peak
+resident set during each method's first call in a child process per cell started with
+:data:`zoo.runner.malloc.RETURN` (``/proc/self/clear_refs`` resets the peak; freed buffers go
+back to the kernel, so the growth is the call's own), and ``max_memory_allocated`` on a GPU.
+GP methods use the cosine kernel unless ``--kernel`` names another (``default``: each method's
+own); ``--algebra`` overrides the route (default ``auto``, :mod:`zoo.gram`).
 
 ``--methods`` takes registered names or specs with test-time hyper-parameters,
 ``name[key=value,...]`` (:mod:`zoo.spec`), e.g. ``ove[predictive=samples]`` beside ``ove``: each
@@ -41,8 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -51,7 +53,7 @@ from pathlib import Path
 import torch
 
 from zoo import build_method
-from zoo.runner.allocator import retain_freed_memory, returning_freed_memory
+from zoo.runner.malloc import RETAIN, RETURN, VARIABLE, exec_with, malloc_setting
 from zoo.spec import parse_spec
 from zoo.testing import toy_episode
 
@@ -71,8 +73,6 @@ class Peak:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
         else:
-            self.heap = returning_freed_memory()
-            self.heap.__enter__()
             Path("/proc/self/clear_refs").write_text("5")
             self.base = _status("VmRSS")
         return self
@@ -83,7 +83,6 @@ class Peak:
             self.bytes = torch.cuda.max_memory_allocated() - self.base
         else:
             self.bytes = _status("VmHWM") - self.base
-            self.heap.__exit__(*exc)
 
 
 def _status(key: str) -> int:
@@ -149,11 +148,14 @@ def cell(way: int, shot: int, args, device: torch.device) -> dict:
 
         runs[name] = {"test": test, "train": train}
         out[name] = {f"{phase}_s": [] for phase in args.phases}
+    if args.peaks:
+        return {name: {phase: _peak(fns[phase], device) for phase in args.phases}
+                for name, fns in runs.items()}
+    peaks = child_peaks(way, shot) if device.type == "cpu" else None
     for phase in args.phases:
-        for name, fns in runs.items():  # warm-up and peak memory
-            with Peak(device) as peak:
-                fns[phase]()
-            out[name][f"{phase}_peak_mb"] = peak.bytes / 2**20
+        for name, fns in runs.items():  # warm-up and, on a GPU, peak memory
+            out[name][f"{phase}_peak_mb"] = (peaks[name][phase] if peaks is not None
+                                            else _peak(fns[phase], device))
         for _ in range(args.repeat):
             for name, fns in runs.items():
                 out[name][f"{phase}_s"].append(timed(fns[phase], device, args.clock))
@@ -164,6 +166,22 @@ def cell(way: int, shot: int, args, device: torch.device) -> dict:
             out[name][f"{phase}_min_s"] = min(times)
             out[name][f"{phase}_s"] = out[name][f"{phase}_{args.stat}_s"]
     return out
+
+
+def _peak(fn: Callable[[], object], device: torch.device) -> float:
+    """MB of peak memory growth of one call."""
+    with Peak(device) as peak:
+        fn()
+    return peak.bytes / 2**20
+
+
+def child_peaks(way: int, shot: int) -> dict[str, dict[str, float]]:
+    """Each method's peak memory (MB) of its first call of each phase in this cell, measured by
+    this script in a child process started with glibc's thresholds (:data:`RETURN`)."""
+    out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--peaks", f"{way},{shot}"],
+                          env=dict(os.environ, **{VARIABLE: RETURN}), check=True,
+                          capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def nystrom_study(args, device: torch.device) -> list[dict]:
@@ -212,14 +230,22 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--malloc", choices=("retain", "default"), default="retain",
                    help="the runner's malloc setting (default) or glibc's own")
+    p.add_argument("--peaks", default=None, metavar="WAY,SHOT",
+                   help="print the peak memory of one cell's calls as JSON (the child's part)")
     args = p.parse_args()
-    malloc = retain_freed_memory() if args.malloc == "retain" else "default"
+    if not args.peaks:
+        exec_with(RETAIN if args.malloc == "retain" else None)
+    malloc = {RETAIN: "retain", "default": "default"}.get(malloc_setting(), malloc_setting())
     args.methods = re.split(r",(?![^\[]*\])", args.methods)  # commas outside [...]
     args.phases = args.phases.split(",")
     args.inducing = [int(m) for m in args.inducing.split(",")]
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     args.clock = args.clock or ("cpu" if device.type == "cpu" else "wall")
+    if args.peaks:
+        way, shot = map(int, args.peaks.split(","))
+        print(json.dumps(cell(way, shot, args, device)))
+        return
     print(f"device {device}, {args.threads} thread(s), {args.clock} clock, kernel {args.kernel}, algebra "
           f"{args.algebra}, {args.stat} of {args.repeat} interleaved rounds, {args.query} "
           f"queries/class, malloc {malloc}")

@@ -24,7 +24,7 @@ from zoo.data.integrands import (
     load_south,
     load_step,
 )
-from zoo.tasks.integration import Integration, IntegrationProblem, sample_task
+from zoo.tasks.integration import Integration, IntegrationProblem, sample_integrand
 
 TASK = Integration()
 
@@ -32,7 +32,7 @@ TASK = Integration()
 @pytest.mark.parametrize("load", [load_south, load_step, load_bvp])
 def test_truths_agree_with_a_large_monte_carlo(load):
     family = load()
-    episode = sample_task(family, "test", 0, 400_000, 0)
+    episode = sample_integrand(family, "test", 0, 400_000, 0)
     for p, truth in [(episode.problem, episode.truth)] + [
             (r, None) for r in episode.problem.related]:
         fx = p.fx
@@ -70,7 +70,7 @@ def test_linear_field_cv_solves_the_bvp_family_exactly():
     without the ridge (whose shrinkage alone leaves ~1e-6 at the default)."""
     method = next(m for m in METHODS if m.name == "poly-cv")(dim=1, degree=2, ridge=0.0)
     for i in range(5):
-        episode = sample_task(load_bvp(), "test", 0, 10, i)
+        episode = sample_integrand(load_bvp(), "test", 0, 10, i)
         assert method.estimate(episode.problem).value == pytest.approx(episode.truth, abs=1e-12)
 
 
@@ -84,7 +84,7 @@ FAST = {"neural-cv": {"epochs": 2, "width": 8}, "meta-cv": {"width": 8},
 def test_every_method_estimates_every_family(cls, load):
     family = load()
     method = cls(dim=family.dim, **FAST.get(cls.name, {}))
-    episode = sample_task(family, "test", 0, 20, 0)
+    episode = sample_integrand(family, "test", 0, 20, 0)
     prediction = TASK.predict(method, episode)
     TASK.check(prediction, episode, cls.name)
     assert abs(prediction.value - episode.truth) < 10 * abs(episode.truth) + 1
@@ -95,7 +95,7 @@ def test_closed_form_cvs_beat_monte_carlo_on_the_south_pair():
     family = load_south()
     records = {name: [] for name in ("poly-cv", "control-functional", "vv-cv")}
     for i in range(10):
-        episode = sample_task(family, "test", 0, 50, i)
+        episode = sample_integrand(family, "test", 0, 50, i)
         for cls in METHODS:
             if cls.name in records:
                 p = cls(dim=1).estimate(episode.problem)
@@ -112,7 +112,7 @@ def test_batched_estimates_equal_each_problem_alone(name, load):
     family = load()
     cls = next(m for m in METHODS if m.name == name)
     method = cls(dim=family.dim, **FAST[name])
-    problems = [sample_task(family, "test", 0, 12, i).problem for i in range(5)]
+    problems = [sample_integrand(family, "test", 0, 12, i).problem for i in range(5)]
     together = method.estimate_batch(problems)
     for problem, batched in zip(problems, together):
         alone = method.estimate(problem)
@@ -125,7 +125,7 @@ def test_learned_b_fits_batched_equal_each_problem_alone():
     B); every estimate and B equals the problem's fit alone."""
     family = load_south()
     method = next(m for m in METHODS if m.name == "vv-cv")(dim=1, coupling="learned", steps=10)
-    problems = [sample_task(family, "test", 0, 12, i).problem for i in range(3)]
+    problems = [sample_integrand(family, "test", 0, 12, i).problem for i in range(3)]
     with torch.no_grad():  # as the runner evaluates
         together = method.estimate_batch(problems)
     for problem, batched in zip(problems, together):
@@ -139,7 +139,7 @@ def test_learned_b_fits_batched_equal_each_problem_alone():
 def test_the_runner_hands_out_each_prepared_estimate_once():
     family = load_south()
     method = next(m for m in METHODS if m.name == "neural-cv")(dim=1, **FAST["neural-cv"])
-    get = lambda i: sample_task(family, "test", 0, 12, i)  # noqa: E731
+    get = lambda i: sample_integrand(family, "test", 0, 12, i)  # noqa: E731
     TASK.prepare(method, get, range(3))
     episode = get(1)
     assert method.prepared(episode.problem) is not None
@@ -155,7 +155,7 @@ def test_standardised_neural_cvs_are_equivariant_to_the_integrands_scale(name):
     family = load_borehole()
     cls = next(m for m in METHODS if m.name == name)
     method = cls(dim=family.dim, standardise=True, field="vector", **FAST[name])
-    problem = sample_task(family, "test", 0, 12, 0).problem
+    problem = sample_integrand(family, "test", 0, 12, 0).problem
     moved = IntegrationProblem(problem.x, 30.0 * problem.fx - 7.0, problem.score, problem.info)
     base, other = method.estimate(problem), method.estimate(moved)
     assert other.value == pytest.approx(30.0 * base.value - 7.0, rel=1e-9)

@@ -13,7 +13,7 @@ from zoo_protonet import ProtoNet
 from zoo.cli import main
 from zoo.plugins import registry
 from zoo.runner.bench import MissingRequirementsError, run_suite
-from zoo.runner.storage import ResultsFolderError
+from zoo.runner.storage import Results, ResultsFolderError
 
 from .conftest import tiny_suite
 
@@ -306,3 +306,28 @@ def test_a_method_with_extra_state_keeps_its_best_model(tmp_path):
 
     model = torch.load(run / "model.pt", weights_only=True)  # the best model, loaded from memory
     assert any(k.endswith("_extra_state") for k in model["state_dict"])
+
+
+def test_an_older_results_folder_says_what_it_is_and_what_to_do(finished, tmp_path, capsys):
+    import shutil
+
+    from zoo.runner.storage import OldResultsFolderError
+
+    out = tmp_path / "older"
+    shutil.copytree(finished, out)
+    (out / "zoo-results.json").write_text(json.dumps({"format": "zoo-results", "version": 1}))
+    stale = tmp_path / "older" / "cells" / "0123456789abcdef"  # a cell named by the old rule
+    stale.mkdir()
+    (stale / "config.json").write_text("{}")
+    before = snapshot(out)
+    for attempt in (lambda: run_suite(tiny_suite(), out=out, device="cpu", progress=False),
+                    lambda: Results.open(out, create=False, keep_records=True)):
+        with pytest.raises(OldResultsFolderError, match=r"format version 1, written by an older "
+                           r"zoo; this zoo writes version 2.*another --out.*--force"):
+            attempt()
+    assert main(["report", str(out)]) == 2 and "format version 1" in capsys.readouterr().err
+    assert snapshot(out) == before  # nothing changed
+    outcome = run_suite(tiny_suite(), out=out, device="cpu", progress=False, force=True)
+    assert len(outcome.finished) == 2 and outcome.skipped == 0
+    assert json.loads((out / "zoo-results.json").read_text())["version"] == 2
+    assert not stale.exists() and len((out / "results.jsonl").read_text().splitlines()) == 2

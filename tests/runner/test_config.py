@@ -39,6 +39,26 @@ def test_cell_hash_names_the_resolved_config():
     assert dataclasses.replace(a, shape={**a.shape, "train_query": 9}).train_hash != a.train_hash
 
 
+def test_one_rule_names_every_cell_whatever_its_values():
+    """Every field but the run-only ones is in the configuration that is hashed, at its default
+    value or not, with the shape (classification's ``train_way`` included) and the task kind."""
+    from zoo.runner.cells import RUN_ONLY, Cell
+
+    (a, _) = expand_cells(tiny_suite(), ["protonet"])
+    names = {f.name for f in dataclasses.fields(Cell)} - {*RUN_ONLY, "shape"}
+    assert set(a.config()) == names | set(a.shape)
+    assert a.config()["task"] == "classification" and a.shape["train_way"] == a.shape["way"]
+    assert {k: a.config()[k] for k in ("variant", "val_dataset", "lr_schedule")} == {
+        "variant": "", "val_dataset": "", "lr_schedule": "constant"}
+    assert set(a.train_config()) == set(Cell.TRAIN_KEYS) | {"way", "train_shot", "train_query"}
+    for name, value in [("variant", "v"), ("val_dataset", "digits"), ("lr_schedule", "cosine"),
+                        ("provenance", {"distribution": "x"})]:
+        assert dataclasses.replace(a, **{name: value}).hash != a.hash, name
+    assert Cell.from_config(a.config(), a.task, checkpoint_every=a.checkpoint_every,
+                            max_bad_steps=a.max_bad_steps,
+                            max_skipped_fraction=a.max_skipped_fraction) == a
+
+
 def test_hparams_are_resolved_in_the_cell():
     suite = apply_overrides(tiny_suite(), ["protonet.lr=0.01"], ["protonet"])
     (cell, _) = expand_cells(suite, ["protonet"])

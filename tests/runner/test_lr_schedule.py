@@ -43,11 +43,11 @@ def test_an_unknown_schedule_is_refused_with_the_choices():
     assert set(LR_SCHEDULES) == {"constant", "cosine"}
 
 
-def test_the_default_leaves_identities_unchanged():
+def test_the_schedule_is_part_of_every_identity_default_or_not():
     (default, _) = expand_cells(tiny_suite(), ["protonet"])
     (explicit, _) = expand_cells(tiny_suite(lr_schedule="constant"), ["protonet"])
     (cosine, _) = expand_cells(tiny_suite(lr_schedule="cosine"), ["protonet"])
-    assert "lr_schedule" not in default.config() and "lr_schedule" not in default.train_config()
+    assert default.config()["lr_schedule"] == default.train_config()["lr_schedule"] == "constant"
     assert explicit.hash == default.hash and explicit.train_hash == default.train_hash
     assert cosine.config()["lr_schedule"] == "cosine"
     assert cosine.train_config()["lr_schedule"] == "cosine"

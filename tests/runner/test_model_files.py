@@ -11,7 +11,7 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.io import load_checkpoint
-from zoo.runner.train import load_run, rng_state, set_rng_state
+from zoo.runner.train import load_run
 
 
 class Payload:
@@ -43,30 +43,3 @@ def test_a_truncated_checkpoint_names_its_file(tmp_path):
     path.write_bytes(path.read_bytes()[:200])
     with pytest.raises(ZooError, match=f"{path}: cannot be read"):
         load_checkpoint(path)
-
-
-def test_rng_states_survive_a_weights_only_round_trip(tmp_path):
-    import random
-
-    import numpy as np
-
-    torch.manual_seed(3), random.seed(3), np.random.seed(3), np.random.randn()
-    path = tmp_path / "rng.pt"
-    torch.save(rng_state(), path)
-    expected = (torch.rand(2).tolist(), random.random(), np.random.randn())
-    torch.manual_seed(0), random.seed(0), np.random.seed(0)
-    set_rng_state(load_checkpoint(path))
-    assert (torch.rand(2).tolist(), random.random(), np.random.randn()) == expected
-
-
-def test_rng_states_of_older_checkpoints_still_load():
-    """Python's state was saved as a tuple of 625 numbers before it became one tensor."""
-    import random
-
-    random.seed(5)
-    state = rng_state()
-    version, words, gauss = state["python"]
-    expected = random.random()
-    random.seed(0)
-    set_rng_state(state | {"python": (version, tuple(words.tolist()), gauss)})
-    assert random.random() == expected

@@ -55,9 +55,9 @@ def test_variant_parts_expand_to_labelled_cells_with_their_hyperparameters():
     assert fast.train_hash != default.train_hash
 
 
-def test_cells_without_a_variant_keep_their_identity():
+def test_cells_without_a_variant_are_named_by_the_same_rule():
     (cell,) = expand_cells(variant_suite(parts=[]), ["protonet"])
-    assert cell.variant == "" and "variant" not in cell.config()
+    assert cell.variant == cell.config()["variant"] == ""
     run = {"checkpoint_every": cell.checkpoint_every, "max_bad_steps": cell.max_bad_steps}
     assert Cell.from_config(cell.config(), cell.task, **run) == cell
     labelled = dataclasses.replace(cell, variant="x")

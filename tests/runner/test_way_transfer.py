@@ -22,7 +22,8 @@ def test_way_transfer_cells_share_the_model_of_the_training_way():
     assert len({c.train_hash for c in protonet}) == 1
     # maml's head has `way` outputs: it runs only at the way it is trained for
     assert {c.shape["way"] for c in cells if c.method == "maml"} == {3}
-    # cells at the training way keep the identity they have in a suite without train_way
+    # a cell trained and tested at one way is the same cell whether or not its suite names
+    # train_way
     assert {c.hash for c in cells if c.shape["way"] == 3} == {c.hash for c in plain}
     five = next(c for c in protonet if c.shape["way"] == 5)
     assert five.shape["train_way"] == 3 and "5w1s (trained 3-way)" in five.label

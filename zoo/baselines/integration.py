@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-from zoo.tasks.integration import Estimate, IntegrationProblem
+from zoo.tasks.integration import IntegralEstimate, IntegrationProblem
 from zoo.tasks.methods import IntegrationMethod
 
 
 class MonteCarlo(IntegrationMethod):
     name = "mc"
 
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         fx = problem.fx.double()
-        return Estimate(float(fx.mean()), float(fx.std(unbiased=True)) / math.sqrt(len(fx)))
+        return IntegralEstimate(float(fx.mean()), float(fx.std(unbiased=True)) / math.sqrt(len(fx)))

@@ -16,12 +16,12 @@ from zoo.control_variates import linear, neural, vector_valued
 from zoo.control_variates.fitting import MODES, CVEstimate, fit_size
 from zoo.errors import EpisodeError
 from zoo.hparams import HParam
-from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationProblem
+from zoo.tasks.integration import IntegralEstimate, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.methods import IntegrationMethod
 
 
-def _result(e: CVEstimate) -> Estimate:
-    return Estimate(float(e.value.reshape(-1)[0]), float(e.stderr.reshape(-1)[0]))
+def _result(e: CVEstimate) -> IntegralEstimate:
+    return IntegralEstimate(float(e.value.reshape(-1)[0]), float(e.stderr.reshape(-1)[0]))
 
 
 def _boundary(problem: IntegrationProblem) -> bool:
@@ -58,9 +58,9 @@ def _scaling(fx: Tensor, fit: int, on: bool) -> tuple[Tensor, Tensor]:
     return fx[:, :fit].mean(-1, keepdim=True), torch.where(scale > 0, scale, 1.0)
 
 
-def _results(e: CVEstimate, centre: Tensor, scale: Tensor) -> list[Estimate]:
+def _results(e: CVEstimate, centre: Tensor, scale: Tensor) -> list[IntegralEstimate]:
     value, stderr = e.value * scale + centre, e.stderr * scale
-    return [Estimate(float(v[0]), float(s[0])) for v, s in zip(value, stderr)]
+    return [IntegralEstimate(float(v[0]), float(s[0])) for v, s in zip(value, stderr)]
 
 
 def _neural_hparams() -> dict[str, HParam]:
@@ -90,7 +90,7 @@ class PolynomialCV(IntegrationMethod):
         "ridge": HParam(linear.RIDGE, ge=0, doc="ridge on the standardised coefficients"),
     }
 
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         h = self.hparams
         return _result(linear.polynomial_cv(problem.x.double(), problem.score.double(),
                                             problem.fx.double()[:, None], degree=h["degree"],
@@ -110,7 +110,7 @@ class ControlFunctional(IntegrationMethod):
                              f"{linear.NUGGETS} (1e-8: the thesis's near-interpolation)"),
     }
 
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         nugget = self.hparams["nugget"]
         return _result(linear.control_functional(
             problem.x.double(), problem.score.double(), problem.fx.double()[:, None],
@@ -132,10 +132,10 @@ class NeuralCV(IntegrationMethod):
     }
     batched = True
 
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         return self.estimate_batch([problem])[0]
 
-    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[IntegralEstimate]:
         """One batched Adam fit of every problem's own CV, each from its own seed (its
         initialisation and mini-batch order), so each estimate equals its fit alone."""
         h = self.hparams
@@ -173,10 +173,10 @@ class VectorValuedCV(IntegrationMethod):
 
     batched = True
 
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         return self.estimate_batch([problem])[0]
 
-    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[IntegralEstimate]:
         """The closed form one problem at a time (fixed ``B``), or one Adam run for all problems
         (learned ``B``; each with its own Gram matrix and ``B``, the same fits as one by one)."""
         h = self.hparams
@@ -187,7 +187,7 @@ class VectorValuedCV(IntegrationMethod):
                 T = int(task.max()) + 1
                 B = torch.full((T, T), h["correlation"], dtype=torch.float64).fill_diagonal_(1.0)
                 fit = vector_valued.closed_form(k0, B, task, fx, lam)
-                out.append(Estimate(float(fit.beta[0]), float(fit.stderr[0]), {"B": B.tolist()}))
+                out.append(IntegralEstimate(float(fit.beta[0]), float(fit.stderr[0]), {"B": B.tolist()}))
             return out
         tasks = [g[1] for g in grams]
         if any(len(t) != len(tasks[0]) or not torch.equal(t, tasks[0]) for t in tasks):
@@ -206,7 +206,7 @@ class VectorValuedCV(IntegrationMethod):
         out = []
         for (k0, _, fx, lam), beta, B in zip(grams, fit.beta, fit.B):
             stderr = vector_valued.closed_form(k0, B, task, fx, lam).stderr  # at the learned B
-            out.append(Estimate(float(beta[0]), float(stderr[0]), {"B": B.tolist()}))
+            out.append(IntegralEstimate(float(beta[0]), float(stderr[0]), {"B": B.tolist()}))
         return out
 
     def gram(self, problem: IntegrationProblem) -> tuple[Tensor, Tensor, Tensor, float]:
@@ -273,10 +273,10 @@ class MetaControlVariate(IntegrationMethod):
         centre, scale = _scaling(fx, fit_size(len(p.x), "split"), self.hparams["standardise"])
         return self.meta.meta_loss(x, score, (fx - centre) / scale)
 
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         return self.estimate_batch([problem])[0]
 
-    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[IntegralEstimate]:
         """Algorithm 7 for every problem in one batched adaptation."""
         self.meta.boundary = _boundary(problems[0])
         x, score, fx = _stacked(problems, "split")

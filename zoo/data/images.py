@@ -11,8 +11,6 @@ so an augmented training episode is as reproducible as any other.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from PIL import Image
 from torch import Tensor
 
 from zoo.data.base import FileDataset, read_image
+from zoo.seeds import coordinate_seed
 
 IMAGE_SIZE = 84
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -58,8 +57,7 @@ class ImageFileDataset(FileDataset):
         self._train_classes = set(self.splits.get("train", ())) if augment else set()
 
     def gather(self, classes: Tensor, examples: Tensor) -> Tensor:
-        key = json.dumps([classes.tolist(), examples.tolist()]).encode()
-        seed = int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
+        seed = coordinate_seed(classes.tolist(), examples.tolist())
         rows = []
         # torchvision's transforms draw from the global CPU generator: it alone is forked and
         # seeded (torch.manual_seed would also reseed, and not restore, every CUDA generator,

@@ -25,9 +25,9 @@ from zoo.episode import Episode
 from zoo.errors import HyperParameterError
 from zoo.expectations import Rule, standard_normal_draws
 from zoo.families.latent_gaussian import LatentGaussianMethod
-from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian
+from zoo.gaussians import DiagonalGaussian, Gaussian
 from zoo.gp import DTYPE
-from zoo.method import draw_seed
+from zoo.seeds import draw_seed
 
 
 def _per_class(q: Gaussian, way: int) -> bool:
@@ -57,20 +57,6 @@ def weight_samples(q: Gaussian, way: int, z: Tensor) -> Tensor:
     ``q``'s members (``way * q.noise_dim`` per class, ``q.noise_dim`` over ``vec(W)``)."""
     z = z.to(q.mean).view(z.shape[0], *q.batch_shape, q.noise_dim)
     return q.transform(z).reshape(z.shape[0], way, -1)
-
-
-def gaussian_weight_posterior(phi: Tensor, lam: Tensor, nu: Tensor, prior_var: Tensor | float,
-                              ) -> FullGaussian:
-    """The per-class weight posterior (natural form, batch ``[C]``) from the prior
-    ``N(0, prior_var I)`` and Gaussian sites ``exp(nu_cn f_cn - lam_cn f_cn^2 / 2)`` on
-    ``f_cn = phi_n^T w_c`` (``phi [N, D]``, ``lam, nu [C, N]``): precision
-    ``I / s + Phi^T diag(lam) Phi``, ``eta1 = Phi^T nu``."""
-    phi, lam, nu = phi.to(DTYPE), lam.to(DTYPE), nu.to(DTYPE)
-    eye = torch.eye(phi.shape[-1], dtype=DTYPE, device=phi.device)
-    precision = eye / prior_var + torch.einsum("nd,cn,ne->cde", phi, lam, phi)
-    U = torch.linalg.cholesky(precision)
-    return FullGaussian.from_precision_tril(torch.cholesky_solve((nu @ phi)[..., None], U)[..., 0],
-                                            U)
 
 
 class LastLayerMethod(LatentGaussianMethod):
@@ -108,7 +94,7 @@ class LastLayerMethod(LatentGaussianMethod):
                     "class latents, independent only under a diagonal or per-class belief; use "
                     "the diag family or a sampling estimator (sobol, mc)")
             mean, var = linear_gaussian_marginals(phi, q, episode.way)
-            return self.probabilities(mean, var, episode, salt=salt, samples=samples)
+            return self.probabilities(mean, var, seed=draw_seed(episode, salt), samples=samples)
         rule = self.weight_rule(q, episode, salt=salt, samples=samples)
         W = weight_samples(q, episode.way, rule.points)
         return rule.average(torch.softmax(phi.to(W) @ W.mT, -1), 0)

@@ -26,7 +26,8 @@ from zoo.expectations import (
 )
 from zoo.hparams import HParam
 from zoo.jitter import JitterPolicy
-from zoo.method import Method, Prediction, draw_seed
+from zoo.method import Method, Prediction
+from zoo.seeds import draw_seed, episode_own_seed
 
 
 def softmax(f: Tensor) -> Tensor:
@@ -78,7 +79,7 @@ class LatentGaussianMethod(Method):
     def rule(self, episode: Episode, dim: int, *, salt: int, device: torch.device | str | None = None,
              **fallback: Any) -> Rule:
         """The estimator's points and weights for ``dim``-dimensional expectations, drawn with
-        the seed of ``episode`` (:func:`zoo.method.draw_seed` with ``salt``); in a batched
+        the seed of ``episode`` (:func:`zoo.seeds.draw_seed` with ``salt``); in a batched
         meta-loss each episode's own (:func:`zoo.batching.per_episode`)."""
         estimator = self.estimator(**fallback)
         return per_episode(episode, lambda e: estimator.rule(dim, seed=draw_seed(e, salt),
@@ -89,16 +90,17 @@ class LatentGaussianMethod(Method):
         (or ``[R, Q, C]`` for ``R`` posterior samples of a mixture)."""
         raise NotImplementedError(f"{type(self).__name__} must implement latent(episode)")
 
-    def probabilities(self, mean: Tensor, var: Tensor, episode: Episode, *,
-                      integrand: Integrand | FusedIntegrand | None = None, salt: int | None = None,
-                      **fallback: Any) -> Tensor:
-        """``E[link(f)]`` for ``f ~ N(mean, diag var)`` over the class axis, with draws seeded by
-        the episode (:func:`zoo.method.draw_seed` with ``salt``)."""
+    def probabilities(self, mean: Tensor, var: Tensor, *, seed: int,
+                      integrand: Integrand | FusedIntegrand | None = None, **fallback: Any
+                      ) -> Tensor:
+        """``E[link(f)]`` for ``f ~ N(mean, diag var)`` over the class axis, the estimator's
+        draws seeded by ``seed``: a function of the episode, :func:`zoo.seeds.draw_seed` with a
+        salt of the caller's (:func:`zoo.seeds.episode_own_seed` for :meth:`predict`)."""
         estimator = self.estimator(**fallback)
         g = estimator.per_point(self.link) if integrand is None else integrand
-        return estimator.expect(g, mean, var, seed=draw_seed(episode, salt)).value
+        return estimator.expect(g, mean, var, seed=seed).value
 
     def predict(self, episode: Episode) -> Prediction:
         mean, var = self.latent(episode)
-        probs = self.probabilities(mean, var, episode)
+        probs = self.probabilities(mean, var, seed=episode_own_seed(episode))
         return Prediction(probs.float(), extras={"mean": mean.float(), "var": var.float()})

@@ -5,7 +5,7 @@ episodes are, what a prediction is and how it is scored belong to the cell's tas
 (:mod:`zoo.tasks`); the runner only calls it.
 
 Modules: :mod:`~zoo.runner.suite` (suites, ``--set``), :mod:`~zoo.runner.cells` (cells and their
-hashes), :mod:`~zoo.runner.storage` (results folder, atomic files, env.json),
+hashes), :mod:`~zoo.runner.storage` (the results folder), :mod:`~zoo.runner.provenance` (env.json),
 :mod:`~zoo.runner.train`, :mod:`~zoo.runner.evaluate`, :mod:`~zoo.runner.cell` (one unit of work),
 :mod:`~zoo.runner.executors` (local, Ray), :mod:`~zoo.runner.bench` (a whole suite),
 :mod:`~zoo.runner.collect` (a results folder read back), :mod:`~zoo.runner.report` (tables),

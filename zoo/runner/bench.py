@@ -169,7 +169,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
     # Ray tasks load their own data sets: the driver checks them on the CPU
     datasets = DatasetCache(data_dir, "cpu" if executor == "ray" else device, registry)
     check_requirements(suite, device, data_dir, datasets)
-    results = Results.open(out)
+    results = Results.open(out, replace_older=force)
     with results.writer():
         results.sync_results()
         stale = results.superseded(c.config() for c in cells)

@@ -3,8 +3,9 @@ group of units run one after another with one flush to the disk for all of them.
 
 The unit trains (or resumes, or loads) the model once, then scores each pending cell and writes
 its folder. The ``done`` markers of a group's trainings and cells are written last, after one
-flush of the group's files to the disk (``syncfs``): a flush costs about as much as a small
-cell's work, so a suite of many small cells groups its units (:mod:`zoo.runner.executors`). An
+flush of the group's files to the disk (:func:`zoo.io.sync_to_disk`): a flush costs about as much
+as a small cell's work, so a suite of many small cells groups its units
+(:mod:`zoo.runner.executors`). An
 exception in a cell becomes its ``error.txt`` (the cell is shown as failed and retried on the
 next run); it never becomes a result.
 """
@@ -23,11 +24,12 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_marker
-from zoo.runner.allocator import retain_freed_memory
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
-from zoo.runner.storage import Results, environment, link_or_copy
-from zoo.runner.train import seed_everything, train_model
+from zoo.runner.provenance import environment
+from zoo.runner.storage import Results, link_or_copy
+from zoo.runner.train import train_model
+from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
 
 log = logging.getLogger(__name__)
@@ -95,7 +97,6 @@ def run_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None,
         from zoo.plugins import registry as process_registry
 
         registry = process_registry()
-    retain_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
     if device.startswith("cuda"):

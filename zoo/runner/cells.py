@@ -4,9 +4,10 @@ A :class:`Cell` is one model trained and scored on one test data set. Its identi
 its resolved configuration (method, every hyper-parameter, data sets, backbone, kernel, the shape
 its task kind gives it, seed, episode counts); two cells that differ only in the test data set or
 in a scoring-only shape key (a test shot, a context size) share one training
-(:attr:`Cell.train_hash`). The shape is flattened into the configuration and the task kind is named
-only when it is not classification. The method's provenance (distribution, version, a digest of its
-code) is part of the identity, so a result is never reused for other code under the same name.
+(:attr:`Cell.train_hash`). One rule names every cell: all of its resolved configuration, the shape
+flattened into it and the task kind by name, whatever their values. The method's provenance
+(distribution, version, a digest of its code) is part of the identity, so a result is never
+reused for other code under the same name.
 """
 
 from __future__ import annotations
@@ -46,8 +47,7 @@ class Cell:
     ``provenance`` (:meth:`zoo.plugins.Registry.provenance` of the method: plugin, distribution,
     version, code digest) is: a result made by other code under the same name is another cell.
     ``val_dataset`` (empty: the training data set) gives the validation episodes; part of the
-    training's identity when set. ``lr_schedule`` (:mod:`zoo.runner.schedule`) is part of it
-    when it is not ``"constant"`` (so the cells of suites without a schedule keep their hashes).
+    training's identity. So is ``lr_schedule`` (:mod:`zoo.runner.schedule`).
     """
 
     method: str
@@ -71,36 +71,22 @@ class Cell:
     val_dataset: str = ""
     lr_schedule: str = "constant"
 
-    BASE_TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "seed",
-                       "train_episodes", "val_episodes", "val_every")
+    TRAIN_KEYS = ("method", "hparams", "train_dataset", "backbone", "kernel", "seed",
+                  "train_episodes", "val_episodes", "val_every", "task", "provenance",
+                  "val_dataset", "lr_schedule")
 
     def config(self) -> dict[str, Any]:
-        """The resolved configuration that names the cell (``variant``, ``provenance`` and
-        ``val_dataset`` only when set, ``lr_schedule`` only when not constant, ``task`` only
-        when not classification)."""
+        """The resolved configuration that names the cell: every field but the run-only ones,
+        with the shape flattened into it and the task kind by name."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in (*RUN_ONLY, "task", "shape", "variant", "provenance",
-                                 "val_dataset", "lr_schedule")}
-        out |= self.shape
-        if self.task.name != "classification":
-            out["task"] = self.task.name
-        if self.variant:
-            out["variant"] = self.variant
-        if self.provenance:
-            out["provenance"] = self.provenance
-        if self.val_dataset:
-            out["val_dataset"] = self.val_dataset
-        if self.lr_schedule != "constant":
-            out["lr_schedule"] = self.lr_schedule
-        return out
+               if f.name not in (*RUN_ONLY, "task", "shape")}
+        return out | self.shape | {"task": self.task.name}
 
     def train_config(self) -> dict[str, Any]:
+        """The configuration that names the cell's training: the keys of
+        :data:`TRAIN_KEYS` and the task kind's training shape."""
         config = self.config()
-        out = {k: config[k] for k in self.BASE_TRAIN_KEYS} | self.task.train_shape(self.shape)
-        for optional in ("task", "provenance", "val_dataset", "lr_schedule"):
-            if optional in config:
-                out[optional] = config[optional]
-        return out
+        return {k: config[k] for k in self.TRAIN_KEYS} | self.task.train_shape(self.shape)
 
     @cached_property
     def hash(self) -> str:

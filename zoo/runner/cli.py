@@ -76,11 +76,6 @@ def bench_cmd(args: argparse.Namespace) -> int:
     if not outcome.cells:
         print(f"experiment written to {out}")
         return 0
-    from tqdm.auto import tqdm  # the runner's bars' class, which holds their monitor
-
-    if tqdm.monitor is not None:  # the bars' idle thread: a report of many cells forks only
-        tqdm.monitor.exit()      # without other threads (zoo.runner.storage)
-        tqdm.monitor = None
     report = write_report(out)
     print(markdown(report))
     print(f"results: {out}/results.jsonl, report: {out}/report/")

@@ -14,6 +14,7 @@ Both executors hand out groups of consecutive units that take about ``GROUP_SECO
 milliseconds, and with Ray one task per group instead of one per unit. A group of long units is
 one unit. The local executor keeps one group per worker process running; the Ray executor one
 per unit the live nodes can hold at once (:func:`cluster_slots`, recounted as nodes come and go).
+Worker processes and Ray tasks start with the runner's malloc thresholds (:mod:`zoo.runner.malloc`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.runner.cell import DatasetCache, Outcome, run_units
 from zoo.runner.cells import Cell
+from zoo.runner.malloc import VARIABLE, for_workers, worker_tunables
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +191,9 @@ class LocalExecutor:
                 on_done(outcomes)
             return
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(self.workers, mp_context=context, initializer=exit_with_parent,
-                                 initargs=(os.getpid(),)) as pool:
+        with for_workers(), ProcessPoolExecutor(self.workers, mp_context=context,
+                                                initializer=exit_with_parent,
+                                                initargs=(os.getpid(),)) as pool:
             running: dict[Future, tuple[int, float]] = {}
 
             def submit() -> None:
@@ -259,8 +262,9 @@ class RayExecutor:
         try:
             request = unit_resources(self.device, threads)
             check_feasible(request, [n["Resources"] for n in ray.nodes() if n["Alive"]])
-            task = ray.remote(**request, max_retries=RAY_RETRIES,
-                              retry_exceptions=False)(run_units_on_node)
+            task = ray.remote(**request, max_retries=RAY_RETRIES, retry_exceptions=False,
+                              runtime_env={"env_vars": {VARIABLE: worker_tunables()}}
+                              )(run_units_on_node)
             log.info("Ray cluster: %s; each unit asks for %d CPU(s) and %d GPU(s)",
                      ray.cluster_resources(), request["num_cpus"], request["num_gpus"])
 

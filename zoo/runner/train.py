@@ -21,7 +21,6 @@ import copy
 import json
 import logging
 import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,9 +42,9 @@ from zoo.io import (
     sync_to_disk,
     write_marker,
 )
-from zoo.method import manual_seed
 from zoo.runner.cells import Cell
 from zoo.runner.schedule import lr_factor
+from zoo.seeds import rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -75,39 +74,6 @@ class TrainedModel:
     method: nn.Module
     temperature: float
     info: dict[str, Any]
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's global generators (:func:`zoo.method.manual_seed`)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every global RNG's state as tensors, numbers and tuples (loadable with weights only).
-    Python's 625 state words are one tensor, not a tuple of 625 numbers that ``torch.save``
-    pickles one by one (most of a small model's checkpoint time)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    version, words, gauss = random.getstate()
-    state = {"torch": torch.get_rng_state(),
-             "python": (version, torch.tensor(words, dtype=torch.int64), gauss),
-             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    version, words, gauss = state["python"]
-    if isinstance(words, torch.Tensor):  # a tuple in checkpoints of older versions
-        words = tuple(words.tolist())
-    random.setstate((version, words, gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def build_for_cell(cell: Cell, dataset: Any, device: str, registry: Any) -> nn.Module:
@@ -141,11 +107,9 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     the disk (:func:`zoo.runner.cell.run_units`); by default it is flushed and written here."""
     val_data = dataset if val_data is None else val_data
     check_same_config(folder, cell.train_config())
-    task = cell.task
     method = build_for_cell(cell, dataset, device, registry)
-    model_path = folder / "model.pt"
     if (folder / "done").exists():
-        blob = load_checkpoint(model_path, device)
+        blob = load_checkpoint(folder / "model.pt", device)
         method.load_state_dict(blob["state_dict"])
         method.eval()
         return TrainedModel(method, blob["temperature"], blob["info"])
@@ -155,143 +119,171 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: A
     groups = [g for g in method.param_groups() if g["params"]]
     if not groups:  # nothing to meta-train: the method is used as built
         return _finish(cell, folder, method, TrainState(), False, device, markers)
-    optimizer = torch.optim.Adam(groups)
-    base_lrs = [g["lr"] for g in optimizer.param_groups]  # before a checkpoint's decayed ones
-    state = TrainState()
-    seed_everything(cell.seed)
-    ckpt_path, best_path = folder / "checkpoint.pt", folder / "best.pt"
-    if ckpt_path.exists():
-        blob = load_checkpoint(ckpt_path, device)
-        method.load_state_dict(blob["model"])
-        optimizer.load_state_dict(blob["optimizer"])
-        state = TrainState(**blob["state"])
+    trainer = Trainer(cell, folder, method, groups, dataset, val_data, device)
+    trainer.run(progress)
+    check_skipped(cell, trainer.state)
+    return _finish(cell, folder, method, trainer.state, trainer.validating, device, markers,
+                   trainer.best or None)
+
+
+class Trainer:
+    """Meta-trains ``method`` for ``cell`` in ``folder``: Adam over ``groups``, resumed from the
+    folder's checkpoint if there is one. :meth:`run` repeats :meth:`step` (one optimizer step
+    on the next meta-batch), :meth:`validate` when a validation point is crossed and
+    :meth:`checkpoint` when one is due."""
+
+    def __init__(self, cell: Cell, folder: Path, method: nn.Module, groups: list[dict[str, Any]],
+                 dataset: Any, val_data: Any, device: str) -> None:
+        self.cell, self.method, self.val_data, self.device = cell, method, val_data, device
+        self.task = cell.task
+        self.optimizer = torch.optim.Adam(groups)
+        self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]  # a checkpoint's decay
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.finite_gradients = FiniteGradients(device)
+        self.state = TrainState()
+        self.checkpoint_path, self.best_path = folder / "checkpoint.pt", folder / "best.pt"
+        seed_everything(cell.seed)
+        if self.checkpoint_path.exists():
+            self.resume()
+        # nothing to select among without training: the untrained model, temperature 1
+        self.validating = (has_split(val_data, "val") and cell.val_episodes > 0
+                           and cell.train_episodes > 0)
+        self.sample = self.task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
+        if self.validating:  # a shape the validation split cannot give fails now, not later
+            self.task.episodes(val_data, "val", cell.shape, cell.seed, training=False)
+        self.val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
+        self.best: dict[str, Any] = {}  # the best model since this process started (in memory)
+        self.unsaved_best = False  # best.pt is behind ``best``
+
+    def resume(self) -> None:
+        blob = load_checkpoint(self.checkpoint_path, self.device)
+        self.method.load_state_dict(blob["model"])
+        self.optimizer.load_state_dict(blob["optimizer"])
+        self.state = TrainState(**blob["state"])
         set_rng_state(blob["rng"])
-        log.info("%s: resuming training at episode %d of %d", cell.label, state.episode,
-                 cell.train_episodes)
+        log.info("%s: resuming training at episode %d of %d", self.cell.label, self.state.episode,
+                 self.cell.train_episodes)
 
-    # nothing to select among without training: the untrained model, temperature 1
-    validating = has_split(val_data, "val") and cell.val_episodes > 0 and cell.train_episodes > 0
-    meta_batch = method.meta_batch
-    sample = task.episodes(dataset, "train", cell.shape, cell.seed, training=True)
-    if validating:  # a shape the validation split cannot give fails now, not at the first check
-        task.episodes(val_data, "val", cell.shape, cell.seed, training=False)
-    val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
+    def run(self, progress: bool = False) -> None:
+        cell, state = self.cell, self.state
+        bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
+                   leave=False, disable=not progress, unit="ep")
+        self.method.train()
+        last_checkpoint, last_checkpoint_seconds = state.episode, state.seconds
+        while state.episode < cell.train_episodes:
+            n = self.step()
+            bar.update(n)
+            crossed = state.episode // self.val_every != (state.episode - n) // self.val_every
+            if crossed or state.episode == cell.train_episodes:
+                self.close_curve_point()
+                if self.validating:
+                    self.validate()
+                    if progress:
+                        bar.set_postfix(val=f"{state.curve[-1][self.task.selection_key]:.3f}")
+            # the end of training is saved as model.pt (its `done` then skips training): a
+            # checkpoint there would only be read after a kill in between, which resumes the
+            # same from the one before
+            if state.episode - last_checkpoint >= cell.checkpoint_every and \
+                    state.seconds - last_checkpoint_seconds >= CHECKPOINT_SECONDS and \
+                    state.episode < cell.train_episodes:
+                self.checkpoint()
+                last_checkpoint, last_checkpoint_seconds = state.episode, state.seconds
+        bar.close()
 
-    best: dict[str, Any] = {}  # the best model's state since this process started: not read back
-    unsaved_best = False  # best.pt is behind ``best``
-
-    def save_checkpoint() -> None:
-        nonlocal unsaved_best
-        if unsaved_best:  # before the checkpoint that counts on it
-            atomic_save(best, best_path)
-            unsaved_best = False
-        atomic_save({"model": method.state_dict(), "optimizer": optimizer.state_dict(),
-                     "state": vars(state), "rng": rng_state()}, ckpt_path)
-
-    def run_validation() -> None:
-        nonlocal unsaved_best
-        score, payload = validate(method, cell, val_data)
-        state.curve[-1][task.selection_key] = score
-        if score > state.best_val:
-            state.best_val, state.best_episode = score, state.episode
-            best.clear()
-            # a copy, not references: training goes on changing the parameters in place; a
-            # state dict may hold a module's extra state (a dict) beside its tensors (tensors
-            # cloned: ~8x faster than deepcopy's per-tensor protocol on a small model)
-            best.update({"model": {k: v.detach().clone() if isinstance(v, torch.Tensor)
-                                   else copy.deepcopy(v)
-                                   for k, v in method.state_dict().items()},
-                         **payload, "episode": state.episode})
-            unsaved_best = True
-
-    bar = tqdm(total=cell.train_episodes, initial=state.episode, desc=f"train {cell.label}",
-               leave=False, disable=not progress, unit="ep")
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    finite_gradients = FiniteGradients(device)
-
-    def zero_grad() -> None:
-        """``optimizer.zero_grad(set_to_none=True)`` without the wrapper torch puts around it
-        (disabling dynamo, a profiler record): ~0.1 ms a step, more than a small model's step."""
-        for p in params:
-            p.grad = None
-
-    method.train()
-    last_checkpoint, last_checkpoint_seconds = state.episode, state.seconds
-    while state.episode < cell.train_episodes:
+    def step(self) -> int:
+        """One optimizer step on the next meta-batch (skipped, and counted, if its loss or a
+        gradient is not finite); the number of episodes it took."""
+        cell, state, optimizer = self.cell, self.state, self.optimizer
         start = time.perf_counter()
-        n = min(meta_batch, cell.train_episodes - state.episode)
-        zero_grad()
+        n = min(self.method.meta_batch, cell.train_episodes - state.episode)
+        optimizer.zero_grad(set_to_none=True)
         factor = lr_factor(cell.lr_schedule, state.episode, cell.train_episodes)
-        for g, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+        for g, lr in zip(optimizer.param_groups, self.base_lrs, strict=True):
             g["lr"] = lr * factor
-        finite, total = True, 0.0
-        batching = n > 1 and method.batches_episodes and batching_pays(device)
-        episodes = [sample(state.episode + i) for i in range(n)] if batching else []
-        losses = batched_losses(method, episodes, partial(task.meta_loss, method)) \
-            if batching else None
-        if losses is not None:  # one vmapped call for the meta-batch (zoo.batching)
-            losses = losses / n
-            losses.sum().backward()
-            total = sum(float(v) for v in losses.detach())
-        for i in range(n if losses is None else 0):
-            episode = episodes[i] if episodes else sample(state.episode + i)
-            try:
-                loss = task.meta_loss(method, episode)
-                if n > 1:  # the meta-batch's mean (a division by 1 would only cost a node)
-                    loss = loss / n
-            except NumericalError as exc:
-                log.debug("%s: %s", cell.label, exc)
-                finite = False
-                break
-            value = loss.item()
-            if not math.isfinite(value):
-                finite = False
-                break
-            loss.backward()
-            total += value
-        finite = finite and finite_gradients(params)
-        if finite:
+        total = self.backward(n)
+        if total is not None and self.finite_gradients(self.params):
             optimizer.step()
             state.bad_run = 0
             state.losses.append(total)
         else:
-            zero_grad()
+            optimizer.zero_grad(set_to_none=True)
             state.skipped_steps += 1
             state.bad_run += 1
             if state.bad_run >= cell.max_bad_steps:
                 raise NumericalError(
                     f"{cell.label}: {state.bad_run} training steps in a row had a non-finite loss "
                     f"or gradient (last at episode {state.episode}, "
-                    f"{sample(state.episode).id}); lower the learning rate "
+                    f"{self.sample(state.episode).id}); lower the learning rate "
                     f"(--set {cell.method}.lr=...) or check the data")
         state.steps += 1
         state.episode += n
         state.seconds += time.perf_counter() - start
-        bar.update(n)
-        crossed = state.episode // val_every != (state.episode - n) // val_every
-        if crossed or state.episode == cell.train_episodes:
-            state.curve.append({"episode": state.episode,
-                                "loss": float(np.mean(state.losses)) if state.losses else math.nan})
-            state.losses = []
-            if validating:
-                start = time.perf_counter()
-                run_validation()
-                elapsed = time.perf_counter() - start
-                state.seconds += elapsed
-                state.val_seconds += elapsed
-                if progress:
-                    bar.set_postfix(val=f"{state.curve[-1][task.selection_key]:.3f}")
-        # the end of training is saved as model.pt (its `done` then skips training): a
-        # checkpoint there would only be read after a kill in between, which resumes the same
-        # from the one before
-        if state.episode - last_checkpoint >= cell.checkpoint_every and \
-                state.seconds - last_checkpoint_seconds >= CHECKPOINT_SECONDS and \
-                state.episode < cell.train_episodes:
-            save_checkpoint()
-            last_checkpoint, last_checkpoint_seconds = state.episode, state.seconds
-    bar.close()
-    check_skipped(cell, state)
-    return _finish(cell, folder, method, state, validating, device, markers, best or None)
+        return n
+
+    def backward(self, n: int) -> float | None:
+        """The gradient of the mean meta-loss of the next ``n`` episodes, and that loss (``None``
+        if it is not finite): one batched call (:mod:`zoo.batching`) where the method allows
+        it and it pays on the device, else episode by episode."""
+        method, task, first = self.method, self.task, self.state.episode
+        batching = n > 1 and method.batches_episodes and batching_pays(self.device)
+        episodes = [self.sample(first + i) for i in range(n)] if batching else []
+        if batching:
+            losses = batched_losses(method, episodes, partial(task.meta_loss, method))
+            if losses is not None:  # else a deferred check failed: replay them one by one
+                losses = losses / n
+                losses.sum().backward()
+                return sum(float(v) for v in losses.detach())
+        total = 0.0
+        for i in range(n):
+            episode = episodes[i] if episodes else self.sample(first + i)
+            try:
+                loss = task.meta_loss(method, episode)
+                if n > 1:  # the meta-batch's mean (a division by 1 would only cost a node)
+                    loss = loss / n
+            except NumericalError as exc:
+                log.debug("%s: %s", self.cell.label, exc)
+                return None
+            value = loss.item()
+            if not math.isfinite(value):
+                return None
+            loss.backward()
+            total += value
+        return total
+
+    def close_curve_point(self) -> None:
+        """A point of the training curve: the mean loss of the steps since the last one."""
+        state = self.state
+        state.curve.append({"episode": state.episode,
+                            "loss": float(np.mean(state.losses)) if state.losses else math.nan})
+        state.losses = []
+
+    def validate(self) -> None:
+        """Score the model on the validation episodes; keep it (in memory) if it is the best."""
+        start = time.perf_counter()
+        state, method = self.state, self.method
+        score, payload = validate(method, self.cell, self.val_data)
+        state.curve[-1][self.task.selection_key] = score
+        if score > state.best_val:
+            state.best_val, state.best_episode = score, state.episode
+            # a copy, not references: training goes on changing the parameters in place; a
+            # state dict may hold a module's extra state (a dict) beside its tensors (tensors
+            # cloned: ~8x faster than deepcopy's per-tensor protocol on a small model)
+            self.best = {"model": {k: v.detach().clone() if isinstance(v, torch.Tensor)
+                                   else copy.deepcopy(v)
+                                   for k, v in method.state_dict().items()},
+                         **payload, "episode": state.episode}
+            self.unsaved_best = True
+        elapsed = time.perf_counter() - start
+        state.seconds += elapsed
+        state.val_seconds += elapsed
+
+    def checkpoint(self) -> None:
+        """Save model, optimizer, training state and every RNG (best.pt first, if behind)."""
+        if self.unsaved_best:  # before the checkpoint that counts on it
+            atomic_save(self.best, self.best_path)
+            self.unsaved_best = False
+        atomic_save({"model": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "state": vars(self.state), "rng": rng_state()}, self.checkpoint_path)
 
 
 class FiniteGradients:
@@ -299,9 +291,10 @@ class FiniteGradients:
     ``torch.amp.GradScaler`` runs before a step; it multiplies each gradient by 1, which leaves
     every number as it is) over all gradients in one call, and one read of its flag: one
     synchronisation with the device a step. The flag is allocated once per training, not per
-    step (a small model's step is a few hundred microseconds; card ``cluster.md``).
-    Gradients the fused check does not take (sparse, complex, on several devices) are tested one
-    by one."""
+    step. Gradients the fused check does not take (sparse, complex, on several devices) are
+    tested one by one. The public alternatives (an infinity norm over all gradients,
+    ``torch.nn.utils.get_total_norm``) cost ~0.3 ms more a step, a tenth of a small MLP's step
+    (card ``cluster.md``)."""
 
     def __init__(self, device: str | torch.device) -> None:
         self.found = torch.zeros(1, device=device)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from zoo._lazy import exports
 from zoo.tasks.base import PredictionError, Task
 from zoo.tasks.classification import Classification
-from zoo.tasks.integration import Integration, IntegrationEpisode, IntegrationProblem
+from zoo.tasks.integration import IntegralEstimate, Integration, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import Regression, RegressionEpisode, RegressionPrediction, sample_task
 from zoo.tasks.sequential import Sequential, Stream, StreamPrediction
 
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 BUILTIN: dict[str, type[Task]] = {k.name: k for k in (Classification, Regression, Sequential,
                                                       Integration)}
 
-__all__ = ["BUILTIN", "Classification", "Integration", "IntegrationEpisode", "IntegrationMethod",
-           "IntegrationProblem", "PredictionError", "Regression", "RegressionEpisode",
-           "RegressionMethod", "RegressionPrediction", "Sequential", "Stream", "StreamMethod",
-           "StreamPrediction", "Task", "sample_task"]
+__all__ = ["BUILTIN", "Classification", "IntegralEstimate", "Integration", "IntegrationEpisode",
+           "IntegrationMethod", "IntegrationProblem", "PredictionError", "Regression",
+           "RegressionEpisode", "RegressionMethod", "RegressionPrediction", "Sequential", "Stream",
+           "StreamMethod", "StreamPrediction", "Task", "sample_task"]
 
 __getattr__, __dir__ = exports(globals(), {"IntegrationMethod": "zoo.tasks.methods",
                                            "RegressionMethod": "zoo.tasks.methods",

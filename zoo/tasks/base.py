@@ -198,10 +198,8 @@ class Task(ABC):
         from the cell's seed (the global RNG stream is left as it was)."""
         import torch
 
-        from zoo.method import manual_seed
-
         with torch.random.fork_rng(devices=[]):
-            manual_seed(cell.seed)
+            torch.manual_seed(cell.seed)
             return cls(**self.data_shape(dataset), **cell.hparams)
 
     def data_shape(self, dataset: Any) -> dict[str, Any]:

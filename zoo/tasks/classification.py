@@ -66,12 +66,10 @@ class Classification(Task):
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.
-        Likewise ``train_way``, recorded in the shape only where it differs from the test way (so
-        the cells of other suites keep their identity)."""
+        Likewise ``train_way``: 0 trains at the test way."""
         out = []
         for way in s["ways"]:
-            trained = {"train_way": int(s["train_way"])} if s["train_way"] not in (0, way) else {}
-            out += [{"way": int(way), **trained, "shot": int(shot),
+            out += [{"way": int(way), "train_way": int(s["train_way"]) or int(way), "shot": int(shot),
                      "train_shot": int(s["train_shot"]) or int(shot), "query": int(s["query"]),
                      "train_query": int(s["train_query"])} for shot in s["shots"]]
         return out
@@ -89,7 +87,7 @@ class Classification(Task):
         return shape["train_shot"]
 
     def label(self, shape: Shape) -> str:
-        trained = [f"{shape['train_way']}-way"] if "train_way" in shape else []
+        trained = [f"{shape['train_way']}-way"] if train_way(shape) != shape["way"] else []
         if "train_shot" in shape and shape["train_shot"] != shape["shot"]:
             trained.append(f"{shape['train_shot']}-shot")
         return f"{shape['way']}w{shape['shot']}s" + (f" (trained {' '.join(trained)})"

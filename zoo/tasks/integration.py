@@ -2,8 +2,8 @@
 :mod:`zoo.data.integrands`, each task with its integral known in closed form).
 
 A task is a pure function of (seed, family, split, sample budget, index). A method derives from
-:class:`~zoo.tasks.methods.IntegrationMethod` and returns an :class:`Estimate` (value and its
-standard error) from an :class:`IntegrationProblem` (samples, ``f`` at them, the score ``grad log
+:class:`~zoo.tasks.methods.IntegrationMethod` and returns an :class:`IntegralEstimate` (value and
+its standard error) from an :class:`IntegrationProblem` (samples, ``f`` at them, the score ``grad log
 pi``); it never sees the truth. Records hold the error and, for the same samples, the plain Monte
 Carlo error, so the variance-reduction factor against Monte Carlo at the same budget is
 ``sum_tasks err_MC^2 / sum_tasks err^2`` (1 for Monte Carlo itself). The ``mc`` baseline
@@ -12,8 +12,6 @@ Carlo error, so the variance-reduction factor against Monte Carlo at the same bu
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
+from zoo.seeds import coordinate_seed
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
 
 if TYPE_CHECKING:
@@ -62,22 +61,21 @@ class IntegrationEpisode:
 
 
 @dataclass
-class Estimate:
+class IntegralEstimate:
+    """A method's estimate of a task's integral and its standard error (NaN: none)."""
+
     value: float
     stderr: float = math.nan
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def task_seed(seed: int, family: str, split: str, samples: int, index: int) -> int:
-    key = json.dumps(["integration", int(seed), family, split, int(samples), int(index)])
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
-
-
-def sample_task(family: IntegrandFamily, split: str, seed: int, samples: int,
-                index: int) -> IntegrationEpisode:
+def sample_integrand(family: IntegrandFamily, split: str, seed: int, samples: int,
+                     index: int) -> IntegrationEpisode:
+    """The ``index``-th task of ``family``: ``samples`` draws of ``pi`` with ``f`` and the score
+    at them, and the integral's true value."""
     import torch
 
-    s = task_seed(seed, family.name, split, samples, index)
+    s = coordinate_seed("integration", int(seed), family.name, split, int(samples), int(index))
     d = family.draw(torch.Generator().manual_seed(s), samples)
     device = family.device
     info = {"dataset": family.name, "split": split, "index": int(index), "seed": s,
@@ -141,27 +139,27 @@ class Integration(Task):
     def episodes(self, dataset: IntegrandFamily, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
         n = shape["train_samples"] if split in ("train", "val") else shape["samples"]
-        return lambda i: sample_task(dataset, split, seed, n, i)
+        return lambda i: sample_integrand(dataset, split, seed, n, i)
 
     def prepare(self, method: IntegrationMethod, get: GetEpisode, indices: Sequence[int]) -> None:
         """A ``batched`` method estimates the cell's test problems together; :meth:`predict` then
         returns the stored estimate of each (the same numbers as one at a time, tested)."""
         method.prepare([get(i).problem for i in indices] if method.batched else [])
 
-    def predict(self, method: IntegrationMethod, episode: IntegrationEpisode) -> Estimate:
+    def predict(self, method: IntegrationMethod, episode: IntegrationEpisode) -> IntegralEstimate:
         prepared = method.prepared(episode.problem)
         return prepared if prepared is not None else method.estimate(episode.problem)
 
     def check(self, prediction: Any, episode: IntegrationEpisode, method: str) -> None:
-        if not isinstance(prediction, Estimate):
+        if not isinstance(prediction, IntegralEstimate):
             raise PredictionError(f"method {method!r} in episode {episode.id}: returned a "
                                   f"{type(prediction).__name__}; estimate must return "
-                                  "zoo.tasks.integration.Estimate(value, stderr)")
+                                  "zoo.tasks.integration.IntegralEstimate(value, stderr)")
         if not math.isfinite(float(prediction.value)):
             raise PredictionError(f"method {method!r} in episode {episode.id}: non-finite "
                                   f"estimate {prediction.value}; check the method's estimator")
 
-    def score(self, prediction: Estimate, episode: IntegrationEpisode,
+    def score(self, prediction: IntegralEstimate, episode: IntegrationEpisode,
               temperature: float = 1.0) -> dict[str, Any]:
         mc = float(episode.problem.fx.double().mean())
         error = float(prediction.value) - episode.truth

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from zoo.errors import ZooError
 from zoo.hparams import Configurable, HParam, resolve_hparams
-from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationProblem
+from zoo.tasks.integration import IntegralEstimate, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo.tasks.sequential import Stream
 
@@ -97,7 +97,7 @@ class StreamMethod(TaskMethod):
 
     def begin(self, stream: Stream) -> Any:
         """The state at the start of ``stream``: :meth:`init`, unless the method draws random
-        numbers, which it then seeds from the stream (:func:`zoo.method.draw_seed`)."""
+        numbers, which it then seeds from the stream (:func:`zoo.seeds.draw_seed`)."""
         return self.init()
 
     @abstractmethod
@@ -120,25 +120,25 @@ class IntegrationMethod(TaskMethod):
     def __init__(self, *, dim: int, **hparams: Any):
         super().__init__(**hparams)
         self.dim = dim
-        self._prepared: dict[bytes, Estimate] = {}
+        self._prepared: dict[bytes, IntegralEstimate] = {}
 
     @abstractmethod
-    def estimate(self, problem: IntegrationProblem) -> Estimate:
+    def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
         """The estimate of ``E_pi[f]`` from the problem's samples."""
 
-    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[Estimate]:
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[IntegralEstimate]:
         """The estimates of several problems (one family, one budget), equal to :meth:`estimate`
         on each; a ``batched`` method fits them at once here."""
         return [self.estimate(p) for p in problems]
 
     def prepare(self, problems: Sequence[IntegrationProblem]) -> None:
-        """Estimate ``problems`` together (``batched`` methods) and keep the estimates until
+        """IntegralEstimate ``problems`` together (``batched`` methods) and keep the estimates until
         :meth:`prepared` hands each out once; replaces what an earlier call kept."""
         self._prepared = {}
         if self.batched and problems:
             self._prepared = dict(zip(map(problem_key, problems), self.estimate_batch(problems)))
 
-    def prepared(self, problem: IntegrationProblem) -> Estimate | None:
+    def prepared(self, problem: IntegrationProblem) -> IntegralEstimate | None:
         """The estimate :meth:`prepare` made of ``problem`` (the same samples), or ``None``."""
         return self._prepared.pop(problem_key(problem), None)
 

@@ -30,8 +30,6 @@ variational posterior given all targets; records then hold ``elbo``, ``iw_bound`
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,6 +39,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
+from zoo.seeds import coordinate_seed
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
 
 if TYPE_CHECKING:
@@ -90,8 +89,7 @@ class RegressionPrediction:
 
 def task_seed(seed: int, family: str, split: str, targets: int, index: int) -> int:
     """A 63-bit seed that depends on every coordinate of the task and on nothing else."""
-    key = json.dumps(["regression", int(seed), family, split, int(targets), int(index)])
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+    return coordinate_seed("regression", int(seed), family, split, int(targets), int(index))
 
 
 def sample_task(family: FunctionFamily, split: str, seed: int, targets: int, index: int,

@@ -12,8 +12,6 @@ examples seen and against wall time.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
+from zoo.seeds import coordinate_seed
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, probabilities_problem
 
 if TYPE_CHECKING:
@@ -57,11 +56,6 @@ class StreamPrediction:
     probs: list[Tensor]
     update_seconds: list[float]
     extras: dict[str, Any] = field(default_factory=dict)
-
-
-def stream_seed(seed: int, dataset: str, split: str, length: int, index: int) -> int:
-    key = json.dumps(["sequential", int(seed), dataset, split, int(length), int(index)])
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
 
 
 class Sequential(Task):
@@ -124,7 +118,7 @@ class Sequential(Task):
                                f"{len(pool)} stream examples; lower stream_length")
 
         def get(i: int) -> Stream:
-            s = stream_seed(seed, dataset.name, split, length, i)
+            s = coordinate_seed("sequential", int(seed), dataset.name, split, int(length), int(i))
             order = pool[torch.randperm(len(pool),
                                         generator=torch.Generator().manual_seed(s))[:length]]
             order = order.to(dataset.device)

@@ -56,7 +56,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 import zoo
-from zoo import Episode, HParam, Prediction, check_finite, draw_seed, manual_seed
+from zoo import Episode, HParam, Prediction, check_finite, draw_seed
 from zoo.backbones import Backbone
 from zoo.families import DIVERGED, InnerLoopMethod, published_with_steps
 
@@ -166,7 +166,7 @@ class ABML(WeightSpaceMethod):
         # Pyro draws from the global generator: fork it, seeded by the episode, so that the
         # prediction is a function of the episode and the caller's random state is untouched.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            manual_seed(seed)
+            torch.manual_seed(seed)
             with torch.enable_grad():
                 loc, scale = self.adapt(episode, self.inner_steps(), 1, False, objective)
             loc, scale = [m.detach() for m in loc], [s.detach() for s in scale]

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from torch.func import jacrev
+from torch.func import grad, hessian, jacrev
 from zoo_bong.beliefs import (
     FAMILIES,
     BeliefError,
@@ -17,13 +17,25 @@ from zoo_bong.beliefs import (
     project_low_rank,
 )
 from zoo_bong.curvature import Curvature, linearised, monte_carlo
-from zoo_bong.expfam import natural_gradient_step
 from zoo_bong.likelihoods import Categorical, Gaussian
 from zoo_bong.rules import RULES, TRACTABLE, check_combination, update
 
 from zoo.gaussians import DiagonalGaussian
 
 P, C = 4, 2
+
+
+def natural_gradient_step(log_partition, expected_log_lik, psi, alpha: float = 1.0):
+    """BONG's step for any exponential family ``q_psi(theta) = exp(psi^T T(theta) - Phi(psi))``
+    by automatic differentiation: ``psi + alpha F(psi)^-1 grad_psi expected_log_lik(rho(psi))``
+    with the mean parameter ``rho = grad Phi`` and the Fisher matrix ``F = hess Phi`` (Jones et al.
+    2024, eq. 3/5). For a conjugate likelihood it is Bayes' rule ``psi + lambda(y)`` (Prop. 4.1),
+    which the Gaussian families of :mod:`zoo_bong.beliefs` compute in closed form."""
+    def objective(p):
+        return expected_log_lik(grad(log_partition)(p))
+
+    fisher = hessian(log_partition)(psi)
+    return psi + alpha * torch.linalg.solve(fisher, grad(objective)(psi))
 
 
 @pytest.fixture(autouse=True)

@@ -2,14 +2,20 @@
 
 import pytest
 import torch
+from zoo_bong.beliefs import FAMILIES
 from zoo_bong.method import Bong
-from zoo_bong.rules import tractable_combinations
+from zoo_bong.rules import RULES, TRACTABLE
 
 from zoo import HyperParameterError
 from zoo.data import load_digits_stream
 from zoo.testing import check_task, registry
 
 SHORT = {"stream_length": 20, "eval_steps": [0, 20]}
+
+
+def tractable_combinations() -> list[str]:
+    """Every accepted ``rule/curvature/family``."""
+    return [f"{r}/{c}/{f}" for r in RULES for f in FAMILIES for c in TRACTABLE[f]]
 
 
 @pytest.mark.parametrize("hparams", [

@@ -5,8 +5,8 @@ few-shot classification head (each support example one observation) over a meta-
 Modules: :mod:`~zoo_bong.likelihoods` (log p, score and Fisher root in the network output),
 :mod:`~zoo_bong.curvature` (the four ``(g, G)`` estimators), :mod:`~zoo_bong.beliefs` (five
 Gaussian families and their natural- and plain-gradient steps), :mod:`~zoo_bong.rules` (BONG, BOG,
-BLR, BBB and the tractable combinations), :mod:`~zoo_bong.expfam` (the generic exponential-family
-natural-gradient step), :mod:`~zoo_bong.networks`, :mod:`~zoo_bong.method`, :mod:`~zoo_bong.head`.
+BLR, BBB and the tractable combinations), :mod:`~zoo_bong.networks`, :mod:`~zoo_bong.method`,
+:mod:`~zoo_bong.head`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo import Episode, HParam, HyperParameterError, episode_generator
+from zoo import Episode, HParam, HyperParameterError, draw_seed, episode_generator
 from zoo.backbones import Backbone
 from zoo.families import LastLayerMethod, linear_gaussian_marginals
 from zoo.gaussians import Gaussian
@@ -103,5 +103,5 @@ class BongHead(LastLayerMethod):
 
     def meta_loss(self, episode: Episode) -> Tensor:
         mean, var = self.latent(episode)
-        probs = self.probabilities(mean, var, episode, salt=1)
+        probs = self.probabilities(mean, var, seed=draw_seed(episode, 1))
         return F.nll_loss(probs.clamp_min(1e-12).log(), episode.query_y).float()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from zoo_bong.beliefs import FAMILIES, Belief, BeliefError
+from zoo_bong.beliefs import Belief, BeliefError
 from zoo_bong.curvature import CURVATURES, Curvature
 
 RULES = ("bong", "bog", "blr", "bbb")
@@ -27,11 +27,6 @@ TRACTABLE: dict[str, tuple[str, ...]] = {
     "dg-mom": CURVATURES,
     "dlr": ("mc-ef", "lin-hess", "lin-ef"),
 }
-
-
-def tractable_combinations() -> list[str]:
-    """Every accepted ``rule/curvature/family``."""
-    return [f"{r}/{c}/{f}" for r in RULES for f in FAMILIES for c in TRACTABLE[f]]
 
 
 def check_combination(rule: str, curvature: str, family: str, iterations: int) -> None:

@@ -77,8 +77,8 @@ class DKT(GPMethod):
         mean, var = self.predictive(post, mats)
         return mean + m0, var
 
-    def probabilities(self, mean: Tensor, var: Tensor, episode: Episode, **options: Any) -> Tensor:
-        return super().probabilities(mean, var, episode, samples=self.hparams["prob_samples"],
+    def probabilities(self, mean: Tensor, var: Tensor, *, seed: int, **options: Any) -> Tensor:
+        return super().probabilities(mean, var, seed=seed, samples=self.hparams["prob_samples"],
                                      **options)
 
 

@@ -81,9 +81,3 @@ class GMM:
 
     def detach(self) -> GMM:
         return GMM(self.log_w.detach(), self.mean.detach(), self.prec.detach())
-
-    def parameter_count(self, diagonal: bool = False) -> int:
-        """Free variational parameters per task: ``(K-1) + K d + K d (d+1)/2`` (``K d`` for the
-        covariances of a diagonal family): 39 for K = 4, d = 3 (GMM-NP, Table 2)."""
-        k, d = self.mean.shape[-2:]
-        return (k - 1) + k * d + k * (d if diagonal else d * (d + 1) // 2)

@@ -38,7 +38,6 @@ Ablations are hyper-parameters (:data:`VARIANTS`): ``covariance = "diag"``, ``co
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -49,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo import HParam, draw_seed, manual_seed
+from zoo import HParam, draw_seed, hash_seed
 from zoo.tasks import RegressionEpisode, RegressionMethod, RegressionPrediction
 from zoo_gmm_np import trng
 from zoo_gmm_np.gmm import GMM
@@ -73,7 +72,7 @@ def seeded(episode: RegressionEpisode, salt: int) -> Iterator[None]:
     the block and restored after it, so that a prediction is a function of weights and episode."""
     device = episode.target_x.device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        manual_seed(draw_seed(episode, salt))
+        torch.manual_seed(draw_seed(episode, salt))
         yield
 
 
@@ -255,8 +254,7 @@ class GMMNP(RegressionMethod):
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         self.prepared = {}  # fitted with the weights before this step
         key, x, y = self._function(episode)
-        seed = (int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "little")
-                if key else draw_seed(episode, SUBTASK_SALT))
+        seed = hash_seed(key, bits=56) if key else draw_seed(episode, SUBTASK_SALT)
         mask = self.subtask_masks(len(x), seed).to(device=x.device, dtype=x.dtype)
         xs, ys = x.expand(len(mask), *x.shape), y.expand(len(mask), *y.shape)
         gmm = self.posteriors.get(key) if key else None

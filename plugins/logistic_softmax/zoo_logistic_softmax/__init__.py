@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 import zoo
-from zoo import Episode, HParam, Prediction, device_generator, episode_generator
+from zoo import Episode, HParam, Prediction, device_generator, episode_generator, episode_own_seed
 from zoo.families import GPMethod
 from zoo.inference import (
     DTYPE,
@@ -191,7 +191,8 @@ class LogisticSoftmax(GPMethod):
         post, _, trace = self.support_posterior(mats.Kss, self.onehot(episode).T, training,
                                                 episode)
         mean, var = post.predict(mats.Ksq, mats.kqq)  # [(R,) C, Q]
-        probs = self.probabilities(mean.transpose(-1, -2), var.transpose(-1, -2), episode,
+        probs = self.probabilities(mean.transpose(-1, -2), var.transpose(-1, -2),
+                                   seed=episode_own_seed(episode),
                                    samples=self.hparams["prob_samples"])
         return (probs.mean(0) if probs.ndim == 3 else probs), trace
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -162,7 +163,6 @@ def test_mirror_descent_converges_in_fewer_steps_each_at_its_best_step_size():
     combination of sites) and GD (moment or whitened parameters), so equal numbers are not equal
     steps; each method gets its best step size from a grid, and the steps to reach the common
     optimum (within 1e-3 relative) are compared."""
-    import math
 
     K = random_spd(3, 8, seed=6)
     onehot = torch.nn.functional.one_hot(torch.arange(8) % 3, 3).to(DTYPE)

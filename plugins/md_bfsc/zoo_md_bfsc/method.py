@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo import Episode, HParam, Prediction
+from zoo import Episode, HParam, Prediction, draw_seed
 from zoo.families import GPMethod
 from zoo.inference import DTYPE, SoftmaxLikelihood, SoftmaxMean
 from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
@@ -91,8 +91,8 @@ class MDBFSC(GPMethod):
         result = self.run_inner(mats.Kss, episode.support_y, episode, steps=steps, rho=rho,
                                 samples=samples, trace=trace, tol=tol)
         mean, var = result.posterior.predict(mats.Ksq, mats.kqq)
-        probs = self.probabilities(mean.T, var.T, episode, integrand=SoftmaxMean(), salt=2,
-                                   samples=samples)
+        probs = self.probabilities(mean.T, var.T, seed=draw_seed(episode, 2),
+                                   integrand=SoftmaxMean(), samples=samples)
         return probs, result
 
     # -- the runner's entry points ---------------------------------------------------------------

@@ -325,13 +325,6 @@ class OVE(GPMethod):
         kept = torch.cat(states) if states else None
         return w, psi, torch.stack(trace).tolist() if trace else [], kept
 
-    def class_conditional(self, K: Tensor, f: Tensor, w: Tensor, y: Tensor, c: int,
-                          episode: Episode) -> SitePosterior:
-        """``p(f_c | f_{-c}, w, y)`` as Gaussian sites on the ``n`` points, every chain at once;
-        ``f``: ``[R, C, n]``, ``w``: ``[R, n, C]`` (zero at each point's own label)."""
-        lam = self.conditional_precisions(w, y)[..., c, :]
-        return SitePosterior(K[c], lam, self.conditional_means(f, w, y, c), self.jitter, episode.id)
-
     @staticmethod
     def conditional_precisions(w: Tensor, y: Tensor) -> Tensor:
         """The site precisions ``[R, C, n]`` of every class's conditional: ``sum_{c'} w_{n c'}`` at

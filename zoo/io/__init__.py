@@ -1,0 +1,16 @@
+"""Files: atomic writes (:mod:`.atomic`), the JSON-lines codec (:mod:`.json_codec`) and the
+loading of tensor files (:mod:`.checkpoint`)."""
+
+from zoo.io.atomic import (
+    atomic_save,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    sync_to_disk,
+    write_marker,
+)
+from zoo.io.checkpoint import load_checkpoint
+from zoo.io.json_codec import json_line, json_record
+
+__all__ = ["atomic_save", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+           "json_line", "json_record", "load_checkpoint", "sync_to_disk", "write_marker"]

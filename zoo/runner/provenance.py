@@ -1,0 +1,73 @@
+"""What a result depends on besides its configuration: the versions of python, torch and every
+plugin, the commit of the source tree, the device, the platform and the thread count. Captured
+once per process (``env.json`` of every cell; the versions and commit also in its results line).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from zoo.runner.malloc import malloc_setting
+
+
+@functools.cache
+def versions() -> dict[str, Any]:
+    """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
+    import importlib.metadata as md
+
+    from zoo.hookspecs import DISTRIBUTION
+    from zoo.plugins import registry
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "torch": version("torch"),
+            "pyro": version("pyro-ppl"), "learn2learn": version("learn2learn"),
+            "zoo": version(DISTRIBUTION),
+            "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The commit of the zoo source tree (``+dirty`` if it has changes), if it is a git checkout;
+    read once per process, whose code was loaded from it (not once per cell: two ``git``
+    processes)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "zoo"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+@functools.cache
+def device_description(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def environment(device: str) -> dict[str, Any]:
+    """What a result depends on besides its config. ``threads`` is there because the intra-op
+    thread count changes the order of floating-point reductions, so the same cell trained with 1
+    and with 2 threads can end at different numbers (``zoo bench --workers`` sets it); ``malloc``
+    is the ``GLIBC_TUNABLES`` the process started with (:mod:`zoo.runner.malloc`)."""
+    import torch
+
+    return {"versions": copy.deepcopy(versions()), "git_commit": git_commit(),
+            "device": device_description(device), "platform": platform.platform(),
+            "argv": sys.argv, "malloc": malloc_setting(), "threads": torch.get_num_threads()}

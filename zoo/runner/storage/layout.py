@@ -1,0 +1,152 @@
+"""What a results folder may hold, and the read-only check of a folder against it.
+
+::
+
+    DIR/zoo-results.json        marks the folder as ours (format version)
+    DIR/writer.lock, writer.json  the lock of the one process writing the folder, and who it is
+    DIR/results.jsonl           one line per finished cell (the results contract)
+    DIR/suites/<suite>.json     the resolved suite (settings, overrides, published references)
+    DIR/train/<train-hash>/     config.json, checkpoint.pt, best.pt, model.pt, training.json, done
+    DIR/cells/<cell-hash>/      config.json, env.json, model.pt, training.json, episodes.jsonl,
+                                result.json, done (written last) or error.txt
+    DIR/report/                 tables (md, csv, json, tex) and figures
+    DIR/experiments/<suite>/    what an ``entry`` suite writes
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from zoo.errors import ZooError
+from zoo.runner.cells import config_hash
+from zoo.runner.storage.jsonl import ResultsFolderError, read_json, read_jsonl
+
+VERSION = 2
+"""The results format. Version 2 names every cell by its whole resolved configuration (version 1
+left some keys out where they had their default value), so a version-1 folder's hashes name no
+cell of this zoo."""
+FORMAT = {"format": "zoo-results", "version": VERSION}
+MARKER = "zoo-results.json"
+LOCK, WRITER = "writer.lock", "writer.json"
+TOP_LEVEL = {MARKER, LOCK, WRITER, "results.jsonl", "suites", "train", "cells", "report",
+             "experiments"}
+CELL_FILES = {"config.json", "env.json", "model.pt", "training.json", "episodes.jsonl",
+              "result.json", "done", "error.txt"}
+TRAIN_FILES = {"config.json", "checkpoint.pt", "best.pt", "model.pt", "training.json", "done",
+               "error.txt"}
+RUN_KINDS = (("train", TRAIN_FILES), ("cells", CELL_FILES))
+READ = ("config.json", "result.json", "training.json", "env.json", "episodes.jsonl")
+"""The files of a run folder that are read, in the order a folder is checked."""
+KEPT = {"cells": frozenset({"training.json", "episodes.jsonl"})}
+"""The files whose content a reader keeps (the report's records); the rest are only checked."""
+HASH_RE = re.compile(r"^[0-9a-f]{16}$")
+TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # zoo.io's temp files left by a kill
+
+
+class OldResultsFolderError(ZooError):
+    """A results folder written in an older format; nothing was changed."""
+
+
+def is_older(root: Path) -> bool:
+    """Whether ``root``'s marker names an older format than :data:`VERSION`."""
+    try:
+        content = read_json(root / MARKER)
+    except ResultsFolderError:
+        return False
+    return (isinstance(content, dict) and content.get("format") == FORMAT["format"]
+            and isinstance(content.get("version"), int) and content["version"] < VERSION)
+
+
+def names(folder: str | os.PathLike) -> list[str]:
+    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write."""
+    return sorted(n for n in os.listdir(folder) if not (n.startswith(".") and TMP_RE.match(n)))
+
+
+def entries(folder: Path) -> Iterator[Path]:
+    """The paths of :func:`names` of ``folder`` (none if it is not a folder)."""
+    if folder.is_dir():
+        for name in names(folder):
+            yield folder / name
+
+
+def check_marker(root: Path) -> None:
+    """Raise unless ``root``'s marker says the current format; an older format is named as such,
+    with what to do."""
+    marker = root / MARKER
+    content = read_json(marker)
+    if is_older(root):
+        raise OldResultsFolderError(
+            f"{root} is a results folder of format version {content['version']}, written by an "
+            f"older zoo; this zoo writes version {VERSION}, which names cells by other hashes, so "
+            "none of its cells can be reused or reported. Run the suite into a new folder "
+            "(another --out), or add --force to delete its cells and run them again into this "
+            "one; the zoo that wrote it still reports it")
+    if content != FORMAT:
+        raise ResultsFolderError(marker, f"unexpected content; expected {FORMAT}")
+
+
+def check_top_level(root: Path) -> None:
+    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours."""
+    for path in entries(root):
+        if path.name not in TOP_LEVEL:
+            raise ResultsFolderError(path, "is not part of a zoo results folder")
+
+
+def check_suites(root: Path) -> None:
+    """Raise :class:`ResultsFolderError` for the first suite record that is not one."""
+    for path in entries(root / "suites"):
+        if path.suffix != ".json" or not isinstance(read_json(path), dict):
+            raise ResultsFolderError(path, "is not a suite record")
+
+
+def check_runs(root: Path, keep: dict[tuple[str, str], Any] | None = None
+               ) -> dict[str, dict[str, list[str]]]:
+    """Check every run folder (trainings, then cells, each in name order): its name, that it holds
+    only files the runner writes, and that each file of :data:`READ` is readable with a config
+    matching the folder's hash. Raise :class:`ResultsFolderError` for the first problem; return
+    the files of each run folder by kind and name. With ``keep``, the :data:`KEPT` records read
+    go there by (run folder, file). A folder without its config.json (created, killed before the
+    config was written) is harmless, and not read."""
+    listing: dict[str, dict[str, list[str]]] = {}
+    for kind, allowed in RUN_KINDS:
+        folder = os.path.join(root, kind)
+        files = listing[kind] = {}
+        kept = KEPT.get(kind, frozenset()) if keep is not None else frozenset()
+        for name in names(folder) if os.path.isdir(folder) else []:
+            run = os.path.join(folder, name)
+            if not HASH_RE.match(name) or not os.path.isdir(run):
+                raise ResultsFolderError(Path(run), f"is not a {kind} directory (16 hex digits)")
+            listed = files[name] = names(run)
+            for file in listed:
+                if file not in allowed:
+                    raise ResultsFolderError(Path(run, file), "is not a file the runner writes")
+            if "config.json" not in listed:
+                continue
+            for file in READ:
+                if file not in listed:
+                    continue
+                path = os.path.join(run, file)  # strings, not paths: ~8,000 at 1,400 cells
+                content = read_jsonl(path) if file.endswith(".jsonl") else read_json(path)
+                if file == "config.json":
+                    problem = _config_problem(content, name, kind)
+                    if problem is not None:
+                        raise ResultsFolderError(Path(path), problem)
+                elif file in kept:
+                    keep[(name, file)] = content  # type: ignore[index]
+    return listing
+
+
+def _config_problem(config: Any, name: str, kind: str) -> str | None:
+    """What is wrong with the config.json of run folder ``name``, or None."""
+    if not isinstance(config, dict):
+        return "is not a configuration object"
+    missing = {"method", "hparams", "train_dataset", "seed"} - set(config)
+    if missing:
+        return f"is not a {kind} configuration (no {', '.join(sorted(missing))})"
+    if config_hash(config) != name:
+        return "does not match the hash its folder is named by (edited by hand?)"
+    return None
