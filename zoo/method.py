@@ -46,6 +46,12 @@ class Method(Configurable, nn.Module):
         any_way: a model built for one way scores episodes of any other (it has no way-sized
             parameters), so way-transfer suites (``train_way``) run it; see
             :meth:`scores_any_way`. :func:`zoo.testing.check_method` holds a method to it.
+        meta_loss_name / inner_objective_name / inner_objective_better: what :meth:`meta_loss`
+            returns and what ``Prediction.extras["inner_objective"]`` holds per inner step, in
+            words, and whether that objective is better ``"lower"`` or ``"higher"`` (``None``: a
+            diagnostic trace without a direction). The report's figures draw losses of
+            different names on separate axes (a subclass whose loss depends on its
+            hyper-parameters makes them properties); empty: not named.
     """
 
     name: ClassVar[str]
@@ -57,6 +63,9 @@ class Method(Configurable, nn.Module):
     default_kernel: ClassVar[str | None] = None
     default_backbone: ClassVar[str] = "conv4s"
     any_way: ClassVar[bool] = False
+    meta_loss_name: ClassVar[str] = ""
+    inner_objective_name: ClassVar[str] = ""
+    inner_objective_better: ClassVar[str | None] = "lower"
 
     def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None, **hparams: Any):
         super().__init__()

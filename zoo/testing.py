@@ -200,7 +200,17 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         assert torch.equal(first, again), \
             f"{at}: predict depends on the global RNG state; draw from " \
             "zoo.seeds.episode_generator(episode)"
+        _check_objective_names(method, at)
     _check_any_way(name, settings, **hparams)
+
+
+def _check_objective_names(method: Any, at: str) -> None:
+    """The names a method gives its meta-loss and inner objective are text, and the objective's
+    direction one the report's figures know."""
+    for key in ("meta_loss_name", "inner_objective_name"):
+        assert isinstance(getattr(method, key, ""), str), f"{at}: {key} must be a str"
+    assert getattr(method, "inner_objective_better", None) in ("lower", "higher", None), \
+        f"{at}: inner_objective_better must be 'lower', 'higher' or None"
 
 
 def _check_any_way(name: str, settings, **hparams: Any) -> None:

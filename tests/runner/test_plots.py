@@ -3,13 +3,16 @@ reused) and keep their legend off the curves."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from zoo.runner.plots import legend_outside, method_styles  # noqa: E402
+from zoo.runner.plots import legend_outside, method_styles, slug, unique_slugs  # noqa: E402
 
 
 def test_every_method_gets_its_own_style_for_any_number_of_methods():
@@ -30,3 +33,105 @@ def test_the_legend_sits_outside_the_axes():
     (legend,) = fig.legends
     assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
     plt.close(fig)
+
+
+def test_figure_names_keep_labels_apart():
+    """Two variants labelled α and β once wrote one reliability file (both slugged to nothing)."""
+    assert (slug("protonet α"), slug("protonet β")) == ("protonet-alpha", "protonet-beta")
+    assert slug("café glyphs->digits 5w1s") == "cafe-glyphs-digits-5w1s"
+    labels = ["α", "alpha", "a b", "a-b", "glyphs 5w1s", "", "中", "中"]
+    names = unique_slugs(labels)
+    assert len(set(names.values())) == len(set(labels)) == 7
+    assert names["glyphs 5w1s"] == "glyphs-5w1s"  # a name no other shares stays readable
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n) for n in names.values())
+
+
+def _report(methods: dict[str, dict[str, str]], settings: int = 1, queries: int = 40):
+    """A report of synthetic classification entries: per method the names its results record,
+    ``settings`` settings, a training curve of three points and, for a method that names one, an
+    inner objective of four."""
+    from zoo.runner.collect import Entry, Report
+    from zoo.tasks.classification import Classification
+
+    task = Classification()
+    rng = np.random.default_rng(0)
+    all_settings = [("classification", "glyphs", "glyphs", (5, k + 1)) for k in range(settings)]
+    entries = {}
+    for i, (method, names) in enumerate(methods.items()):
+        for s in all_settings:
+            records = {}
+            for e in range(4):
+                conf = rng.uniform(0.2, 1.0, queries)
+                correct = (rng.uniform(size=queries) < conf).astype(float)
+                records[(0, None, e)] = {
+                    "index": e, "accuracy": float(correct.mean()), "nll": 1.0, "brier": 0.5,
+                    "seconds": 0.01, "confidence": conf.tolist(),
+                    "confidence_calibrated": (0.5 + conf / 2).tolist(), "correct": correct.tolist()}
+                if "inner_objective_name" in names:
+                    records[(0, None, e)]["inner_objective"] = [2.0 - i, 1.5 - i, 1.2 - i, 1.0 - i]
+            result = {"seed": 0, "skipped_steps": 0, "temperature": 1.0, "train_seconds": 1.0,
+                      **names}
+            curve = [{"episode": 2, "loss": 2.0 + i}, {"episode": 4, "loss": 1.0 + i},
+                     {"episode": 6, "loss": 0.5 + i, "val_accuracy": 0.5}]
+            entries[(method, s)] = Entry(method, s, task, [result], records, [], [curve])
+    return Report(entries, all_settings, list(methods), set(), {}, {"classification": task})
+
+
+def test_reliability_panels_sit_in_a_grid_with_counts_and_both_eces():
+    from zoo.runner.plots import reliability_figure
+
+    report = _report({"m": {}}, settings=6)
+    fig = reliability_figure(report, "m")
+    fig.canvas.draw()
+    diagrams = [ax for ax in fig.axes if ax.get_ylabel() == "accuracy"]
+    counts = [ax for ax in fig.axes if ax.get_ylabel() == "queries"]
+    assert len(diagrams) == len(counts) == 6
+    assert len({round(ax.get_position().y0, 3) for ax in diagrams}) == 2  # two rows of three
+    width, height = fig.get_size_inches()
+    assert width / height < 2
+    entry = report.entries[("m", report.settings[0])]
+    summary = entry.summary()
+    title = diagrams[0].get_title()
+    assert f"ECE {100 * summary['ece']:.1f}% raw" in title
+    assert f"{100 * summary['ece_calibrated']:.1f}% scaled" in title
+    # raw and temperature-scaled bars side by side: no bar covers another
+    spans = sorted((p.get_x(), p.get_x() + p.get_width()) for p in diagrams[0].patches)
+    assert all(a[1] <= b[0] + 1e-12 for a, b in zip(spans, spans[1:]))
+    assert sum(p.get_height() for p in counts[0].patches) == 2 * 4 * 40  # raw + scaled queries
+    plt.close(fig)
+
+
+def test_losses_and_inner_objectives_of_different_names_get_their_own_axes():
+    from zoo.runner.plots import convergence_figure, method_styles, training_curves
+
+    report = _report({
+        "maml": {"meta_loss_name": "query cross-entropy", "inner_objective_name":
+                 "support cross-entropy", "inner_objective_better": "lower"},
+        "md-bfsc": {"meta_loss_name": "negative ELBO per point", "inner_objective_name": "ELBO",
+                    "inner_objective_better": "higher"},
+        "protonet": {"meta_loss_name": "query cross-entropy"}})
+    fig = convergence_figure(report, report.settings[0], method_styles(report.methods))
+    titles = sorted(ax.get_title() for ax in fig.axes)
+    assert titles == ["ELBO\n(higher is better)", "support cross-entropy\n(lower is better)"]
+    assert all(len(ax.get_lines()) == 1 for ax in fig.axes)
+    plt.close(fig)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as out:
+        (path, _) = training_curves(report, Path(out))
+        assert path.name == "training-glyphs-5w1s.png"
+    figs = []
+    original = plt.close
+    try:  # the training figure, kept open to look at its axes
+        plt.close = figs.append
+        training_curves(report, Path(tempfile.mkdtemp()))
+    finally:
+        plt.close = original
+    axes = figs[0].axes
+    by_title = {ax.get_title(): ax for ax in axes}
+    assert len(by_title["query cross-entropy"].get_lines()) == 2  # maml and protonet
+    assert len(by_title["negative ELBO per point"].get_lines()) == 1
+    assert any("validation accuracy" in t for t in by_title)
+    for fig in figs:
+        original(fig)

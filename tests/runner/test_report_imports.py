@@ -4,6 +4,7 @@ the plugins. The tables it prints are those of a report made in a process that h
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from zoo.runner.report import render, write_report
 from zoo.runner.suite import suite_from_dict
 
 from .conftest import tiny_suite
+from .test_report_html import check_results_table, rendered
 
 COMMON = {"seeds": [0], "test_episodes": 3}
 OTHER_KINDS = {
@@ -50,3 +52,15 @@ def test_zoo_report_imports_no_torch(folder, flags):
     report = write_report(folder, plots=False)  # here, where torch and the plugins are loaded
     assert report.kinds() == ["classification", "integration", "regression", "sequential"]
     assert done.stdout == render(report, "md") + "\n"
+
+
+def test_the_html_page_shows_every_kind_s_numbers(folder, tmp_path):
+    """One page for four task kinds: each kind's table shows its first report metric, as
+    ``table.json`` has it."""
+    report = write_report(folder, formats=("json", "html"), plots=False)
+    table = json.loads((folder / "report" / "table.json").read_text())
+    root = rendered(folder, tmp_path)
+    for kind in report.kinds():
+        metric = report.tasks[kind].report_metrics[0]
+        check_results_table(root, table, folder, metric.key, metric.scale, metric.digits,
+                            metric.ci, kind)

@@ -191,11 +191,24 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     }
     if cell.variant:
         result["variant"] = cell.variant
+    result |= objective_names(trained.method)
     link_or_copy(train_dir / "model.pt", folder / "model.pt")
     link_or_copy(train_dir / "training.json", folder / "training.json")
     atomic_write_json(folder / "result.json", result)
     (folder / "error.txt").unlink(missing_ok=True)
     return result
+
+
+def objective_names(method: Any) -> dict[str, Any]:
+    """What the method's meta-loss and inner objective are, where it names them (the report
+    draws differently named losses on separate axes, each objective with its direction)."""
+    out: dict[str, Any] = {}
+    if getattr(method, "meta_loss_name", ""):
+        out["meta_loss_name"] = method.meta_loss_name
+    if getattr(method, "inner_objective_name", ""):
+        out["inner_objective_name"] = method.inner_objective_name
+        out["inner_objective_better"] = method.inner_objective_better
+    return out
 
 
 def _describe(exc: BaseException) -> str:

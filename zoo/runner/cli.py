@@ -78,7 +78,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
         return 0
     report = write_report(out)
     print(markdown(report))
-    print(f"results: {out}/results.jsonl, report: {out}/report/")
+    print(f"results: {out}/results.jsonl, report: {out}/report/ (open report.html in a browser)")
     if outcome.failed:
         print(f"{len(outcome.failed)} cell(s) failed (see their error.txt); run the same command "
               "again to retry them", file=sys.stderr)
@@ -264,8 +264,9 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
 def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, help="a results folder")
-    p.add_argument("--format", default="md", choices=["md", "csv", "json", "latex"],
-                   help="what to print; every format is (re)written under DIR/report")
+    p.add_argument("--format", default="md", choices=["md", "csv", "json", "latex", "html"],
+                   help="what to print (html: the path of the page); every format is (re)written "
+                        "under DIR/report")
     p.add_argument("--no-plots", action="store_true")
 
 
@@ -275,7 +276,7 @@ def report_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.report import render, write_report
 
     report = write_report(args.dir, plots=not args.no_plots)
-    print(render(report, args.format))
+    print(args.dir / "report" / "report.html" if args.format == "html" else render(report, args.format))
     return 0
 
 

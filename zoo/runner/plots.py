@@ -9,9 +9,13 @@ method's for any number of methods, and legends sit outside the axes so they hid
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import math
 import re
+import unicodedata
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,25 @@ def legend_outside(fig: Any, ax: Any) -> None:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+    """A file-name part for ``text``: lower-case ASCII letters and digits, accents dropped, other
+    letters by their Unicode names (``α`` -> ``alpha``), every other run one ``-``."""
+    parts = []
+    for ch in unicodedata.normalize("NFKD", text):
+        if ch.isascii():
+            parts.append(ch)
+        elif ch.isalnum():
+            parts.append(f"-{unicodedata.name(ch, 'x').split()[-1]}-")
+    return re.sub(r"[^A-Za-z0-9]+", "-", "".join(parts)).strip("-").lower()
+
+
+def unique_slugs(texts: list[str]) -> dict[str, str]:
+    """:func:`slug` of each distinct text, made unique: texts whose slugs coincide (``α`` and
+    ``alpha``, ``a b`` and ``a-b``) or are empty get a short digest of the text appended."""
+    plain = {t: slug(t) for t in dict.fromkeys(texts)}
+    count = Counter(plain.values())
+    return {t: s if s and count[s] == 1 else
+            f"{s}-{hashlib.sha1(t.encode()).hexdigest()[:6]}".lstrip("-")
+            for t, s in plain.items()}
 
 
 def pyplot() -> Any:
@@ -69,10 +91,14 @@ def save(fig: Any, path: Path) -> Path:
 
 
 def draw_all(report: Report, out: Path) -> list[Path]:
+    """Every figure of the report, in ``out``; no two figures may share a file."""
     written = []
     for kind in report.kinds():
         written += report.tasks[kind].draw(report, out)
     written += training_curves(report, out)
+    twice = [p.name for p, n in Counter(written).items() if n > 1]
+    if twice:
+        raise RuntimeError(f"figures drawn over one another in {out}: {', '.join(twice)}")
     return written
 
 
@@ -85,39 +111,99 @@ def reliability(entry: Entry) -> tuple[ReliabilityBins, ReliabilityBins]:
                  for key in ("confidence", "confidence_calibrated"))
 
 
-def reliability_diagrams(report: Report, out: Path) -> list[Path]:
-    """One figure per classification method: accuracy against confidence per setting."""
+RAW, SCALED = ("tab:blue", "raw"), ("tab:orange", "temperature-scaled")
+
+
+def reliability_figure(report: Report, method: str) -> Any:
+    """One method's reliability diagrams, a panel per classification setting in a grid of at
+    most three columns: per confidence bin the accuracy of the method's own probabilities and
+    of the temperature-scaled ones side by side (neither hides the other), under each panel the
+    bins' query counts, in each title both ECEs (the table's). ``None``: no setting scored."""
     plt = pyplot()
+    done = [s for s in report.settings if s[0] == "classification"
+            and (method, s) in report.entries and report.entries[(method, s)].episodes]
+    if not done:
+        return None
+    cols = min(3, len(done))
+    rows = -(-len(done) // cols)
+    fig = plt.figure(figsize=(3.5 * cols, 3.9 * rows), layout="constrained")
+    grid = fig.add_gridspec(2 * rows, cols, height_ratios=[3, 1] * rows)
+    for i, s in enumerate(done):
+        r, c = divmod(i, cols)
+        ax = fig.add_subplot(grid[2 * r, c])
+        counts = fig.add_subplot(grid[2 * r + 1, c], sharex=ax)
+        entry = report.entries[(method, s)]
+        summary = entry.summary()
+        for k, (bins, (color, name)) in enumerate(zip(reliability(entry), (RAW, SCALED))):
+            width = np.diff(bins.edges)
+            left = bins.edges[:-1] + width * (0.05 + 0.45 * k)  # raw left half, scaled right half
+            full = bins.count > 0
+            ax.bar(left[full], bins.accuracy[full], width=0.45 * width[full], align="edge",
+                   color=color, alpha=0.85, label=name)
+            counts.bar(left, bins.count, width=0.45 * width, align="edge", color=color, alpha=0.85)
+        ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+        ax.set(xlim=(0, 1), ylim=(0, 1), title=f"{report.label(s)}\nECE {100 * summary['ece']:.1f}% "
+               f"raw, {100 * summary['ece_calibrated']:.1f}% scaled", ylabel="accuracy")
+        ax.title.set_fontsize(9)
+        ax.tick_params(labelbottom=False)
+        counts.set(xlabel="confidence", ylabel="queries")
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=8)
+    fig.suptitle(f"{method}: reliability (15 confidence bins, test queries pooled)")
+    return fig
+
+
+def reliability_diagrams(report: Report, out: Path) -> list[Path]:
+    """One figure per classification method (:func:`reliability_figure`)."""
     written = []
+    names = unique_slugs(report.methods)
     for method in report.methods:
-        done = [s for s in report.settings if s[0] == "classification"
-                and (method, s) in report.entries and report.entries[(method, s)].episodes]
-        if not done:
-            continue
-        fig, axes = plt.subplots(1, len(done), figsize=(3.2 * len(done), 3.5), squeeze=False,
-                                 layout="constrained")
-        for ax, s in zip(axes[0], done):
-            for bins, color, name in zip(reliability(report.entries[(method, s)]),
-                                         ("tab:blue", "tab:orange"), ("raw", "temperature-scaled")):
-                centers = (bins.edges[:-1] + bins.edges[1:]) / 2
-                width = np.diff(bins.edges)
-                full = bins.count > 0
-                ax.bar(centers[full], bins.accuracy[full], width=width[full] * 0.9,
-                       alpha=0.5, color=color, label=name, edgecolor=color)
-            ax.plot([0, 1], [0, 1], "k--", lw=1)
-            ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", title=report.label(s))
-        axes[0][0].set_ylabel("accuracy")
-        axes[0][0].legend(fontsize=7, loc="upper left")
-        fig.suptitle(f"{method}: reliability")
-        written.append(save(fig, out / f"reliability-{slug(method)}.png"))
+        fig = reliability_figure(report, method)
+        if fig is not None:
+            written.append(save(fig, out / f"reliability-{names[method]}.png"))
     return written
 
 
+UNNAMED = "meta-loss (not named by the method)"
+
+
+def named(entry: Entry, key: str, default: str) -> str:
+    """What the entry's method calls its meta-loss or inner objective (recorded in its results;
+    :attr:`zoo.Method.meta_loss_name`)."""
+    return next((r[key] for r in entry.results if r.get(key)), default)
+
+
+def panels(plt: Any, count: int, width: float = 4.4, height: float = 3.3) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` axes in a grid of at most three columns; axes beyond ``count`` off."""
+    cols = min(3, count)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False,
+                             layout="constrained")
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_axis_off()
+    return fig, flat[:count]
+
+
+def loss_scale(values: list[float]) -> str:
+    """A log axis for positive values spread over more than a factor of 30, else linear."""
+    finite = [v for v in values if math.isfinite(v)]
+    return "log" if finite and min(finite) > 0 and max(finite) > 30 * min(finite) else "linear"
+
+
+def one_point_note(ax: Any, curves: list[list[Any]], what: str) -> None:
+    if curves and max(len(c) for c in curves) < 2:
+        ax.set_xlabel(f"{ax.get_xlabel()}\n(one {what} per training: a point, not a curve)")
+
+
 def training_curves(report: Report, out: Path) -> list[Path]:
-    """Meta-loss and validation score during training, and inner-loop convergence, per setting."""
+    """Per setting: each method's meta-loss during training, methods with differently named
+    losses (query cross-entropy, negative ELBO, ...) on separate axes, and the validation score
+    that selects the checkpoint; and the inner-loop convergence (:func:`convergence_figure`)."""
     plt = pyplot()
     styles = method_styles(report.methods)
     written, drawn = [], set()
+    names = unique_slugs([report.label(s) for s in report.settings])
     for s in report.settings:
         task = report.tasks[s[0]]
         label = report.label(s)
@@ -127,35 +213,85 @@ def training_curves(report: Report, out: Path) -> list[Path]:
         key = json.dumps([(e.method, e.curves) for e in entries], sort_keys=True)
         if entries and key not in drawn:
             drawn.add(key)
-            fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10.5, 3.8), layout="constrained")
-            key = task.selection_key
+            groups: dict[str, list[Entry]] = {}
             for e in entries:
-                curve = next(c for c in e.curves if c)
-                x = [p["episode"] for p in curve]
-                ax_loss.plot(x, [p["loss"] for p in curve], label=e.method, **styles[e.method])
-                if any(key in p for p in curve):
-                    ax_val.plot(x, [p.get(key, np.nan) for p in curve], **styles[e.method])
-            ax_loss.set(xlabel="training episode", ylabel="meta-loss",
-                        yscale="log" if all(p["loss"] > 0 for e in entries
-                                            for p in next(c for c in e.curves if c)) else "linear")
-            ax_val.set(xlabel="training episode", ylabel=key.replace("val_", "validation "))
-            legend_outside(fig, ax_loss)
-            fig.suptitle(f"training: {label} (seed {entries[0].results[0]['seed']})"
-                         if entries[0].results else f"training: {label}")
-            written.append(save(fig, out / f"training-{slug(label)}.png"))
-        inner = [(m, inner_curves(report.entries[(m, s)])) for m in report.methods
-                 if (m, s) in report.entries]
-        inner = [(m, c) for m, c in inner if c is not None]
-        if inner:
-            fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
-            for m, c in inner:
-                ax.plot(np.arange(1, len(c) + 1), c, label=m,
-                        **{**styles[m], "markevery": max(1, len(c) // 12)})
-            ax.set(xlabel="inner step", ylabel="inner objective (mean over test episodes)",
-                   title=f"convergence: {label}")
-            legend_outside(fig, ax)
-            written.append(save(fig, out / f"convergence-{slug(label)}.png"))
+                groups.setdefault(named(e, "meta_loss_name", UNNAMED), []).append(e)
+            fig, axes = panels(plt, len(groups) + 1)
+            val_key = task.selection_key
+            for ax, (loss, group) in zip(axes, groups.items()):
+                curves = [next(c for c in e.curves if c) for e in group]
+                for e, curve in zip(group, curves):
+                    ax.plot([p["episode"] for p in curve], [p["loss"] for p in curve],
+                            label=e.method, **{**styles[e.method],
+                                               "markevery": max(1, len(curve) // 12)})
+                ax.set(xlabel="training episode", ylabel="meta-loss (lower is better)",
+                       title=loss, yscale=loss_scale([p["loss"] for c in curves for p in c]))
+                ax.title.set_fontsize(9)
+                one_point_note(ax, curves, "loss point")
+            ax_val = axes[-1]
+            points = []
+            for e in entries:
+                curve = [p for p in next(c for c in e.curves if c) if val_key in p]
+                points.append(curve)
+                if curve:
+                    ax_val.plot([p["episode"] for p in curve], [p[val_key] for p in curve],
+                                label=e.method, **styles[e.method])
+            ax_val.set(xlabel="training episode", title=val_key.replace("val_", "validation ")
+                       + "\n(higher is better; selects the checkpoint)")
+            ax_val.title.set_fontsize(9)
+            one_point_note(ax_val, [c for c in points if c], "validation")
+            legend_entries(fig, axes)
+            seed = entries[0].results[0]["seed"] if entries[0].results else None
+            fig.suptitle(f"training: {label}" + (f" (seed {seed})" if seed is not None else ""))
+            written.append(save(fig, out / f"training-{names[label]}.png"))
+        fig = convergence_figure(report, s, styles)
+        if fig is not None:
+            written.append(save(fig, out / f"convergence-{names[label]}.png"))
     return written
+
+
+def legend_entries(fig: Any, axes: list[Any]) -> None:
+    """One legend right of the figure with every method drawn on any of ``axes``."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(name, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7,
+                   markerscale=0.8, ncols=1 + len(seen) // 18)
+
+
+def convergence_figure(report: Report, s: Any, styles: dict[str, dict[str, Any]]) -> Any:
+    """The inner-loop objective per step, mean over test episodes: one axes per objective (a
+    support cross-entropy, lower is better, apart from an ELBO, higher is better), titled with
+    its name and direction. The last point is the objective after the last step. ``None``: no
+    method of the setting reports one."""
+    plt = pyplot()
+    inner = [(m, inner_curves(report.entries[(m, s)])) for m in report.methods
+             if (m, s) in report.entries]
+    inner = [(m, c) for m, c in inner if c is not None]
+    if not inner:
+        return None
+    groups: dict[tuple[str, Any], list[tuple[str, np.ndarray]]] = {}
+    for m, c in inner:
+        entry = report.entries[(m, s)]
+        name = named(entry, "inner_objective_name", "inner objective (not named by the method)")
+        better = next((r.get("inner_objective_better") for r in entry.results
+                       if r.get("inner_objective_name")), "unknown")
+        groups.setdefault((name, better), []).append((m, c))
+    fig, axes = panels(plt, len(groups))
+    for ax, ((name, better), curves) in zip(axes, groups.items()):
+        for m, c in curves:
+            ax.plot(np.arange(len(c)), c, label=m, **{**styles[m], "markevery": max(1, len(c) // 12)})
+        direction = {"lower": "lower is better", "higher": "higher is better", None: "a trace, no "
+                     "direction"}.get(better, "direction not declared")
+        ax.set(xlabel="inner steps taken", ylabel="mean over test episodes",
+               title=f"{name}\n({direction})")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.title.set_fontsize(9)
+    legend_entries(fig, axes)
+    fig.suptitle(f"inner loop at test: {report.label(s)}")
+    return fig
 
 
 def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str, str]],

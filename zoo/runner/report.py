@@ -1,6 +1,7 @@
 """Report tables from a results folder: methods x settings as Markdown, CSV, JSON and LaTeX, one
 table per task kind (each kind says how a cell of its table reads); paired differences between
-methods on the same episodes; the figures (:mod:`zoo.runner.plots`).
+methods on the same episodes; the figures (:mod:`zoo.runner.plots`); and all of it in one HTML
+page (:mod:`zoo.runner.report_html`).
 
 Everything is computed from the folder alone (``results.jsonl`` and the cells' files), so a
 report can be regenerated at any time. Seeds of one setting are pooled: their episodes together
@@ -22,8 +23,9 @@ from typing import Any
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.collect import Report, load_report
 from zoo.runner.plots import draw_all
+from zoo.runner.report_html import html_report
 
-FORMATS = ("md", "csv", "json", "latex")
+FORMATS = ("md", "csv", "json", "latex", "html")
 
 
 def _cell_text(report: Report, method: str, s: Any, latex: bool = False) -> str:
@@ -147,13 +149,15 @@ def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = T
         atomic_write_json(out / "table.json", {"rows": rows, "paired": pairs})
     if "latex" in formats:
         atomic_write_text(out / "table.tex", latex(report))
-    if plots:
-        draw_all(report, out)
+    figures = draw_all(report, out) if plots else None
+    if "html" in formats:
+        atomic_write_text(out / "report.html", html_report(report, Path(root), rows, pairs, figures))
     return report
 
 
 def render(report: Report, fmt: str) -> str:
-    """The table in one format, as text (what ``zoo report --format`` prints)."""
+    """The table in one format, as text (what ``zoo report --format`` prints; for ``html``, the
+    page is a file: ``report/report.html``)."""
     if fmt == "md":
         return markdown(report)
     if fmt == "csv":

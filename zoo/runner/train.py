@@ -51,6 +51,12 @@ log = logging.getLogger(__name__)
 CHECKPOINT_SECONDS = 1.0  # least training time between two checkpoints
 
 
+LOSS_POINTS = 50
+"""Points of the meta-loss curve over a training (each the mean loss of the steps since the one
+before), however seldom it validates: a training no longer than ``val_every`` still shows how its
+loss went. The validation schedule, and so the model selected, does not depend on it."""
+
+
 @dataclass
 class TrainState:
     """Everything about a training run that is not a tensor of the model or optimizer."""
@@ -152,6 +158,7 @@ class Trainer:
         if self.validating:  # a shape the validation split cannot give fails now, not later
             self.task.episodes(val_data, "val", cell.shape, cell.seed, training=False)
         self.val_every = cell.val_every if cell.val_every > 0 else cell.train_episodes
+        self.loss_every = max(1, min(self.val_every, cell.train_episodes // LOSS_POINTS))
         self.best: dict[str, Any] = {}  # the best model since this process started (in memory)
         self.unsaved_best = False  # best.pt is behind ``best``
 
@@ -174,12 +181,14 @@ class Trainer:
             n = self.step()
             bar.update(n)
             crossed = state.episode // self.val_every != (state.episode - n) // self.val_every
-            if crossed or state.episode == cell.train_episodes:
+            ended = state.episode == cell.train_episodes
+            logged = state.episode // self.loss_every != (state.episode - n) // self.loss_every
+            if crossed or ended or logged:
                 self.close_curve_point()
-                if self.validating:
-                    self.validate()
-                    if progress:
-                        bar.set_postfix(val=f"{state.curve[-1][self.task.selection_key]:.3f}")
+            if (crossed or ended) and self.validating:
+                self.validate()
+                if progress:
+                    bar.set_postfix(val=f"{state.curve[-1][self.task.selection_key]:.3f}")
             # the end of training is saved as model.pt (its `done` then skips training): a
             # checkpoint there would only be read after a kill in between, which resumes the
             # same from the one before

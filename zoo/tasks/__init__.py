@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zoo._lazy import exports
-from zoo.tasks.base import PredictionError, Task
+from zoo.tasks.base import PredictionError, ReportMetric, Task
 from zoo.tasks.classification import Classification
 from zoo.tasks.integration import IntegralEstimate, Integration, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import Regression, RegressionEpisode, RegressionPrediction, sample_task
@@ -27,7 +27,8 @@ BUILTIN: dict[str, type[Task]] = {k.name: k for k in (Classification, Regression
 
 __all__ = ["BUILTIN", "Classification", "IntegralEstimate", "Integration", "IntegrationEpisode",
            "IntegrationMethod", "IntegrationProblem", "PredictionError", "Regression",
-           "RegressionEpisode", "RegressionMethod", "RegressionPrediction", "Sequential", "Stream",
+           "RegressionEpisode", "RegressionMethod", "RegressionPrediction", "ReportMetric",
+           "Sequential", "Stream",
            "StreamMethod", "StreamPrediction", "Task", "sample_task"]
 
 __getattr__, __dir__ = exports(globals(), {"IntegrationMethod": "zoo.tasks.methods",

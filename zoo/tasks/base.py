@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -93,6 +93,23 @@ def probabilities_problem(p: np.ndarray) -> str | None:
     return None
 
 
+class ReportMetric(NamedTuple):
+    """A number of a kind's summary that the HTML report can show in its table.
+
+    key: the summary key; label: the column's name; better: ``"higher"`` or ``"lower"`` (the
+    best of a column is marked), ``None`` for a number that is not a score (times, coverage);
+    scale: the factor shown (100 for fractions shown in percent); digits: decimals shown;
+    ci: the summary key of its 95% CI half-width, if any; help: what it is, in a sentence."""
+
+    key: str
+    label: str
+    better: str | None
+    scale: float = 1.0
+    digits: int = 3
+    ci: str | None = None
+    help: str = ""
+
+
 class Task(ABC):
     """One task kind. Subclasses set the class attributes and implement the abstract methods.
 
@@ -115,6 +132,8 @@ class Task(ABC):
         paired_key: the per-episode record key the report compares methods on, pairwise (shown
             in percent with ``paired_percent``, with ``digits`` decimals).
         table_note: the line under the kind's report table saying what its cells hold.
+        report_metrics: the summary numbers the HTML report's table can show, the first by
+            default (none declared: the headline, unmarked).
     """
 
     name: ClassVar[str]
@@ -132,6 +151,7 @@ class Task(ABC):
     paired_percent: ClassVar[bool] = False
     digits: ClassVar[int] = 3
     table_note: ClassVar[str] = ""
+    report_metrics: ClassVar[tuple[ReportMetric, ...]] = ()
 
     # -- cells -----------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
 from zoo.tasks.base import (
     GetEpisode,
     PredictionError,
+    ReportMetric,
     Shape,
     Task,
     episode_means,
@@ -63,6 +64,29 @@ class Classification(Task):
                   "seeds were scored on counts once); in parentheses ECE of "
                   "the method's own probabilities / after the temperature fitted on validation "
                   "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
+    report_metrics = (
+        ReportMetric("accuracy", "accuracy (%)", "higher", 100, 1, "ci95",
+                     "fraction of test queries whose most probable class is right, mean over "
+                     "episodes, +- its 95% CI over episodes"),
+        ReportMetric("ece", "ECE (%)", "lower", 100, 1, None,
+                     "expected calibration error of the method's own probabilities: the "
+                     "query-weighted mean |accuracy - confidence| over 15 confidence bins"),
+        ReportMetric("ece_calibrated", "ECE, temperature-scaled (%)", "lower", 100, 1, None,
+                     "ECE after one temperature fitted on validation episodes"),
+        ReportMetric("mce", "MCE (%)", "lower", 100, 1, None,
+                     "maximum calibration error: the largest |accuracy - confidence| of a bin"),
+        ReportMetric("mce_calibrated", "MCE, temperature-scaled (%)", "lower", 100, 1, None,
+                     "MCE after the temperature"),
+        ReportMetric("nll", "NLL", "lower", 1, 3, None,
+                     "negative log-likelihood of the true class, mean over queries (nats)"),
+        ReportMetric("brier", "Brier", "lower", 1, 3, None,
+                     "squared error of the probability vector against the one-hot label, summed "
+                     "over classes, mean over queries"),
+        ReportMetric("train_seconds", "training (s)", None, digits=0,
+                     help="wall-clock seconds of meta-training, mean over seeds"),
+        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
+                     help="wall-clock milliseconds to adapt and predict one test episode"),
+    )
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.

@@ -22,7 +22,7 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -110,6 +110,19 @@ class Integration(Task):
                   "/ sum of squared errors). In table.csv: sse (sum of squared errors over the "
                   "test integrands), rmse, train_seconds (offline: meta-training) and "
                   "eval_seconds_per_episode (online: estimation per integrand).")
+    report_metrics = (
+        ReportMetric("abs_error", "absolute error", "lower", 1, 4, "ci95",
+                     "|estimate - truth|, mean over test integrands +- its 95% CI"),
+        ReportMetric("abs_error_median", "absolute error (median)", "lower", 1, 4, None,
+                     "|estimate - truth|, median over test integrands"),
+        ReportMetric("rmse", "RMSE", "lower", 1, 4, None, "root mean squared error"),
+        ReportMetric("vrf", "VRF", "higher", 1, 2, None,
+                     "variance-reduction factor against plain Monte Carlo on the same samples"),
+        ReportMetric("train_seconds", "training (s)", None, digits=0,
+                     help="wall-clock seconds of meta-training, mean over seeds"),
+        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
+                     help="wall-clock milliseconds to adapt and predict one test episode"),
+    )
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """One shape per budget; ``train_samples = 0`` meta-trains at each budget (the Meta-CV

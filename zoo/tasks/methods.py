@@ -26,7 +26,9 @@ class TaskMethod(Configurable, nn.Module):
     """Base of a method of a non-classification task kind.
 
     Class attributes: ``name`` (registered name), ``task`` (the kind it solves),
-    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these).
+    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these);
+    ``meta_loss_name``, ``inner_objective_name``, ``inner_objective_better`` as for
+    :class:`zoo.Method`.
     """
 
     task: ClassVar[str]
@@ -36,6 +38,9 @@ class TaskMethod(Configurable, nn.Module):
     uses_kernel: ClassVar[bool] = False
     default_kernel: ClassVar[str | None] = None
     default_backbone: ClassVar[str | None] = None
+    meta_loss_name: ClassVar[str] = ""
+    inner_objective_name: ClassVar[str] = ""
+    inner_objective_better: ClassVar[str | None] = "lower"
 
     def __init__(self, **hparams: Any):
         super().__init__()

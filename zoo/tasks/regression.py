@@ -40,7 +40,7 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task
 
 if TYPE_CHECKING:
     import torch
@@ -154,6 +154,26 @@ class Regression(Task):
                   "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
                   "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
                   "point, CRPS and 50%/90% coverage: table.csv.")
+    report_metrics = (
+        ReportMetric("lmlhd_median", "LMLHD (median)", "higher", 1, 2, None,
+                     "joint predictive log-likelihood of a task's targets, median over tasks"),
+        ReportMetric("lmlhd_mean", "LMLHD (mean)", "higher", 1, 2, "lmlhd_ci95",
+                     "joint predictive log-likelihood, mean over tasks +- its 95% CI"),
+        ReportMetric("mse_median", "MSE (median)", "lower", 1, 4, None,
+                     "squared error of the predictive mean, median over tasks"),
+        ReportMetric("nll", "NLL per point", "lower", 1, 3, None,
+                     "negative log predictive density of a target, mean over targets and tasks"),
+        ReportMetric("crps", "CRPS", "lower", 1, 4, None,
+                     "continuous ranked probability score of the predictive, mean"),
+        ReportMetric("coverage50", "50% coverage", None, 100, 1, None,
+                     "% of targets inside the central 50% predictive interval (50 is right)"),
+        ReportMetric("coverage90", "90% coverage", None, 100, 1, None,
+                     "% of targets inside the central 90% predictive interval (90 is right)"),
+        ReportMetric("train_seconds", "training (s)", None, digits=0,
+                     help="wall-clock seconds of meta-training, mean over seeds"),
+        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
+                     help="wall-clock milliseconds to adapt and predict one test episode"),
+    )
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         sizes, targets = list(s["context_sizes"]), int(s["targets"])

@@ -22,7 +22,14 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, probabilities_problem
+from zoo.tasks.base import (
+    GetEpisode,
+    PredictionError,
+    ReportMetric,
+    Shape,
+    Task,
+    probabilities_problem,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -77,6 +84,17 @@ class Sequential(Task):
     paired_key = "final_nlpd"
     table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
                   "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
+    report_metrics = (
+        ReportMetric("final_nlpd", "NLPD after the stream", "lower", 1, 3, "nlpd_ci95",
+                     "held-out negative log predictive density after the whole stream, mean over "
+                     "streams +- its 95% CI"),
+        ReportMetric("final_error", "error after the stream (%)", "lower", 100, 1, "error_ci95",
+                     "held-out classification error after the whole stream"),
+        ReportMetric("final_ece", "ECE after the stream (%)", "lower", 100, 1, None,
+                     "held-out expected calibration error after the whole stream"),
+        ReportMetric("update_ms", "ms per update", None, 1, 2, None,
+                     "wall-clock milliseconds of one update, mean"),
+    )
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         length, steps = int(s["stream_length"]), sorted({int(t) for t in s["eval_steps"]})

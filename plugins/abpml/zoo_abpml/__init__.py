@@ -70,6 +70,8 @@ class ABPML(InnerLoopMethod):
     """Gaussian prototypes from a Gaussian embedding adapted by ``L`` inner steps."""
 
     name = "abpml"
+    meta_loss_name = "query cross-entropy"
+    inner_objective_name = "support loss (cross-entropy + KL)"
     any_way = True
     published = PUBLISHED
     hyperparameters = {

@@ -114,6 +114,14 @@ class BayesLastLayer(LastLayerMethod):
     """See the module docstring; ``family`` picks the Gaussian over the head's weights."""
 
     name: ClassVar[str] = "bayes-last-layer"
+    inner_objective_name = "ELBO per support point"
+    inner_objective_better = "higher"
+
+    @property
+    def meta_loss_name(self) -> str:  # type: ignore[override]
+        return ("pre-training cross-entropy over the training classes"
+                if self.hparams["backbone_training"] == "pretrain" else "query cross-entropy")
+
     hyperparameters = {
         "family": HParam("diag", choices=FAMILIES, doc="Gaussian family of the head's weights"),
         "elbo_scaling": HParam("mean", choices=SCALINGS, doc="mean: mean log-likelihood and "

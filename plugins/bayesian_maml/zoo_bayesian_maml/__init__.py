@@ -82,6 +82,8 @@ class ABML(WeightSpaceMethod):
     """Amortized Bayesian Meta-Learning (see the module docstring)."""
 
     name = "abml"
+    meta_loss_name = "negative ELBO per example (+ hyperprior)"
+    inner_objective_name = "support negative ELBO per example"
     hyperparameters = {
         "prior_init_std": HParam(0.01, gt=0, doc="initial prior standard deviation of every weight"),
         "kl_weight": HParam(1e-3, gt=0, doc="weight of the KL term of both ELBOs (1: exact); "
@@ -214,6 +216,8 @@ class BMAML(WeightSpaceMethod):
     """Bayesian MAML with SVGD in the inner loop (see the module docstring)."""
 
     name = "bmaml"
+    meta_loss_name = "query cross-entropy"
+    inner_objective_name = "support cross-entropy (per particle)"
     hyperparameters = {
         "num_particles": HParam(5, ge=1, doc="SVGD particles (parameter vectors)"),
         "prior_std": HParam(10.0, gt=0, doc="scale of the Gaussian prior on the weights"),

@@ -40,6 +40,7 @@ class BongHead(LastLayerMethod):
     """See the module docstring."""
 
     name: ClassVar[str] = "bong-head"
+    meta_loss_name = "query cross-entropy"
     hyperparameters = {
         "rule": HParam("bong", choices=RULES, doc="update rule per support example"),
         "curvature": HParam("lin-hess", choices=CURVATURES, doc="estimator of E[hess log p]"),

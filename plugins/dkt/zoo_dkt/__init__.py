@@ -35,6 +35,7 @@ class DKT(GPMethod):
     """Deep kernel transfer: exact GP regression on +-1 one-vs-rest targets."""
 
     name = "dkt"
+    meta_loss_name = "negative log marginal likelihood per point"
     default_kernel: ClassVar[str | None] = "bncosine"
     batches_episodes = True  # the marginal likelihood draws nothing
     hyperparameters = {

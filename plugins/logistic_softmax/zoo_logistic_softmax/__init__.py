@@ -73,6 +73,14 @@ class LogisticSoftmax(GPMethod):
     """Logistic-softmax GP with mean-field or Gibbs inference; ``loss`` is ``ml`` or ``pl``."""
 
     name = "logistic-softmax"
+    inner_objective_name = "ELBO (mean field) or augmented log marginal (Gibbs)"
+    inner_objective_better = "higher"
+
+    @property
+    def meta_loss_name(self) -> str:  # type: ignore[override]
+        return ("query cross-entropy" if self.hparams["loss"] == "pl"
+                else "negative support objective per point (ELBO or augmented log marginal)")
+
     default_kernel: ClassVar[str | None] = "cosine"
     hyperparameters = {
         "inference": HParam("mean-field", choices=("mean-field", "gibbs"), doc="posterior inference"),

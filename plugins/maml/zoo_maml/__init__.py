@@ -57,6 +57,8 @@ class MAML(InnerLoopMethod):
     """Second-order MAML over every weight of backbone + head, via ``l2l.algorithms.MAML``."""
 
     name = "maml"
+    meta_loss_name = "query cross-entropy"
+    inner_objective_name = "support cross-entropy"
     first_order: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
@@ -121,6 +123,8 @@ class ANIL(InnerLoopMethod):
     (second-order through the head, which is cheap)."""
 
     name = "anil"
+    meta_loss_name = "query cross-entropy"
+    inner_objective_name = "support cross-entropy"
 
     def __init__(self, backbone: Backbone, *, way: int, **hparams: Any):
         super().__init__(backbone, way=way, **hparams)

@@ -40,6 +40,13 @@ class MDBFSC(GPMethod):
     """
 
     name: ClassVar[str] = "md-bfsc"
+    inner_objective_name = "ELBO"
+    inner_objective_better = "higher"
+
+    @property
+    def meta_loss_name(self) -> str:  # type: ignore[override]
+        return "negative ELBO per point" if self.hparams["loss"] == "elbo" else "query cross-entropy"
+
     inner: ClassVar[str] = "md"
     hyperparameters = {
         "steps_train": HParam(3, ge=0, doc="inner steps in meta-training"),

@@ -46,6 +46,8 @@ class CosineLinear(nn.Module):
 class PretrainedClassifier(Method):
     """A backbone trained as a plain classifier over the training classes (see the module doc)."""
 
+    meta_loss_name = "pre-training cross-entropy over the training classes"
+
     any_way = True
     hyperparameters = {"num_classes": HParam(1000, ge=1, doc="rows of the pre-training head: at "
                                              "least the number of training classes")}
@@ -128,6 +130,7 @@ class MatchingNet(Method):
     ``scale * cos(f(x), g(x_i))``; ``f`` and ``g`` are the full context embeddings when ``fce``."""
 
     name = "matchingnet"
+    meta_loss_name = "query cross-entropy"
     any_way = True
     hyperparameters = {
         "fce": HParam(True, doc="full context embeddings (LSTMs over support and queries)"),
@@ -194,6 +197,7 @@ class RelationNet(Method):
     """
 
     name = "relationnet"
+    meta_loss_name = "query mean squared error of the relation scores"
     any_way = True
     hyperparameters = {
         "relation_dim": HParam(64, ge=1, doc="filters (or hidden units) of the relation module"),

@@ -195,6 +195,14 @@ class OVE(GPMethod):
     """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``."""
 
     name = "ove"
+    inner_objective_name = "log-likelihood of the support labels at the Gibbs state"
+    inner_objective_better = None  # a sampler's trace: it does not optimise
+
+    @property
+    def meta_loss_name(self) -> str:  # type: ignore[override]
+        return ("query cross-entropy" if self.hparams["loss"] == "pl"
+                else "negative log marginal likelihood per point")
+
     default_kernel: ClassVar[str | None] = "cosine"
     hyperparameters = {
         "loss": HParam("ml", choices=("ml", "pl"), doc="marginal (ml) or predictive (pl) likelihood"),

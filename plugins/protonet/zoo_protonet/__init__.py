@@ -19,6 +19,7 @@ class ProtoNet(Method):
     distances from a query to each prototype."""
 
     name = "protonet"
+    meta_loss_name = "query cross-entropy"
     any_way = True
     batches_episodes = True
 
