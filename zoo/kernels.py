@@ -145,8 +145,17 @@ class RBFKernel(Kernel):
         return x.new_ones(np.broadcast_shapes(self.batch_shape + (1,), x.shape[:-1]))
 
 
+def _distance(x1: Tensor, x2: Tensor) -> Tensor:
+    """Euclidean distances ``[..., n1, n2]`` from the coordinate differences (``torch.cdist``
+    without the matrix-product expansion ``|x|^2 - 2 x.y + |y|^2``, whose cancellation leaves
+    ``~sqrt(eps) |x|`` at coincident points): exactly 0 where two points coincide, with gradient
+    0 there, and differentiable twice."""
+    return torch.cdist(x1, x2, compute_mode="donot_use_mm_for_euclid_dist")
+
+
 class MaternKernel(RBFKernel):
-    """Matern with smoothness ``nu`` in {0.5, 1.5, 2.5}."""
+    """Matern with smoothness ``nu`` in {0.5, 1.5, 2.5}, exact at coincident points (``k(x, x)``
+    is the outputscale, so the diagonal of :meth:`gram` equals :meth:`diag`)."""
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), nu: float = 2.5, **options):
         if nu not in (0.5, 1.5, 2.5):
@@ -155,7 +164,7 @@ class MaternKernel(RBFKernel):
         self.nu = nu
 
     def base(self, x1: Tensor, x2: Tensor) -> Tensor:
-        r = torch.sqrt(_sqdist(x1, x2) + 1e-12) / self._positive(self.raw_lengthscale)
+        r = _distance(x1, x2) / self._positive(self.raw_lengthscale)
         s = math.sqrt(2 * self.nu) * r
         poly = {0.5: 1.0, 1.5: 1 + s, 2.5: 1 + s + s**2 / 3}[self.nu]
         return poly * torch.exp(-s)

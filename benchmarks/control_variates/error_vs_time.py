@@ -35,6 +35,9 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=50)
     p.add_argument("--online-tasks", type=int, default=1000)
     p.add_argument("--online-samples", type=int, default=10)
+    p.add_argument("--split", choices=("test", "val"), default="test",
+                   help="the integrands' split (val: integrands no suite reports, for a choice "
+                        "or a held-out check)")
     p.add_argument("--methods", nargs="+", default=METHODS_DEFAULT,
                    help="integration methods as specs, e.g. vv-cv[coupling=learned]")
     args = p.parse_args()
@@ -45,7 +48,7 @@ def main() -> None:
     for spec in args.families:
         family = load_dataset(*[parse_spec(spec)[0]], **parse_spec(spec)[1])
         for n in args.budgets:
-            episodes = [sample_integrand(family, "test", 0, n, i) for i in range(args.tasks)]
+            episodes = [sample_integrand(family, args.split, 0, n, i) for i in range(args.tasks)]
             mc_err = np.array([float(e.problem.fx.mean()) - e.truth for e in episodes])
             for label, name, options in methods:
                 if name == "vv-cv" and not episodes[0].problem.related:

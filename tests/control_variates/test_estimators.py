@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from zoo.control_variates import linear, neural, vector_valued
+from zoo.control_variates.gaussian import MetaCVEstimator
+from zoo.control_variates.methods import MetaControlVariate
+from zoo.errors import HyperParameterError
 from zoo.expectations import build_estimator
 from zoo.kernels import RBFKernel
 from zoo.stein import first_order
@@ -249,7 +252,7 @@ def test_one_inner_step_of_a_linear_cv_is_the_analytic_step():
     x, s, f = gaussian_tasks(2, 10)
     params = [torch.tensor([[0.3]], dtype=D), torch.tensor([-0.2], dtype=D)]  # u = w x + b
     lr = 0.05
-    theta = neural.adapt(params, x, s, f, steps=1, lr=lr, boundary=False)
+    theta = neural.adapt(params, x, s, f, steps=1, lr=lr, boundary=False, rule="sgd")
     # g = L'[u] = w + (w x + b) s: features (1 + x s, s); loss = mean (r - mean r)^2
     phi = torch.stack([1 + x[..., 0] * s[..., 0], s[..., 0]], -1)  # [T, n, 2]
     w = torch.tensor([0.3, -0.2], dtype=D)
@@ -261,9 +264,54 @@ def test_one_inner_step_of_a_linear_cv_is_the_analytic_step():
     torch.testing.assert_close(theta[1][:, 0], step[:, 1])
 
 
-def test_second_order_meta_gradient_equals_finite_differences():
+def test_inner_adam_is_torch_adam_per_task():
+    """Three inner Adam steps on two tasks at once equal ``torch.optim.Adam`` run on each task
+    alone (its moments are per task); the first step moves every parameter by ~``lr``."""
+    x, s, f = gaussian_tasks(2, 10, seed=5)
+    params = neural.init_params(1, (6,), generator=torch.Generator().manual_seed(1))
+    lr = 0.03
+    theta = neural.adapt(params, x, s, f, steps=3, lr=lr, boundary=False, penalty=1e-3)
+    one = neural.adapt(params, x, s, f, steps=1, lr=lr, boundary=False, penalty=1e-3)
+    for p, q in zip(one, params):
+        moved = (p.detach() - q).abs()
+        assert 0.99 * lr < float(moved.min()) and float(moved.max()) <= lr * (1 + 1e-12)
+    for t in range(2):
+        own = [p.clone().requires_grad_(True) for p in params]
+        opt = torch.optim.Adam(own, lr=lr)
+        for _ in range(3):
+            opt.zero_grad()
+            neural.task_loss(own, x[t], s[t], f[t], False, 1e-3).sum().backward()
+            opt.step()
+        for p, q in zip(theta, own):
+            torch.testing.assert_close(p[t].detach(), q.detach(), rtol=1e-12, atol=1e-14)
+
+
+def test_inner_rule_default_is_the_thesis_adam():
+    assert neural.MetaCV(1, hidden=(4,)).inner_rule == "adam"
+    assert MetaControlVariate.hyperparameters["inner_rule"].default == "adam"
+    assert MetaCVEstimator().inner_rule == "adam"
+    with pytest.raises(ValueError, match="inner rule"):
+        neural.MetaCV(1, hidden=(4,), inner_rule="rmsprop")
+    with pytest.raises(HyperParameterError, match="inner_rule"):
+        MetaCVEstimator(inner_rule="rmsprop")
+
+
+def test_inner_adam_meta_gradient_is_finite_where_a_gradient_is_exactly_zero():
+    """Centred outputs make the last bias's gradient exactly zero: Adam's square root at a zero
+    second moment must not turn the second-order meta-gradient into NaN."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 8, 2, generator=g, dtype=D)
+    f = torch.softmax(x, -1)
+    meta = neural.MetaCV(2, hidden=(5,), outputs=2, steps=2, inner_lr=0.05, centre=True)
+    grads = torch.autograd.grad(meta.meta_loss(x, -x, f), list(meta.params))
+    assert all(bool(torch.isfinite(gr).all()) for gr in grads)
+    assert float(grads[0].abs().sum()) > 0
+
+
+@pytest.mark.parametrize("rule", neural.INNER_RULES)
+def test_second_order_meta_gradient_equals_finite_differences(rule):
     x, s, f = gaussian_tasks(2, 8, seed=3)
-    meta = neural.MetaCV(1, hidden=(3,), steps=2, inner_lr=0.1, penalty=0.0)
+    meta = neural.MetaCV(1, hidden=(3,), steps=2, inner_lr=0.1, penalty=0.0, inner_rule=rule)
     loss = meta.meta_loss(x, s, f)
     grads = torch.autograd.grad(loss, list(meta.params))
     eps = 1e-6
@@ -387,3 +435,45 @@ def test_the_ones_field_bound_of_the_diagnostic_script():
         lambda z: torch.stack([z[:, 0] - z[:, 1], z[:, 0], z.sum(-1)], -1), 2, 20_000, 20, 0)
     assert between == pytest.approx(2.5, rel=0.05)
     assert total == pytest.approx(5.0, rel=0.05)
+
+
+# -- the control functional's nugget ---------------------------------------------------------------
+
+def test_control_functional_nugget_maximises_the_stein_marginal_likelihood_jointly():
+    """On noisy values the joint (lengthscale, nugget) choice is the grid's maximum of the
+    profiled Stein marginal likelihood, and it is not the near-interpolating 1e-8."""
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(24, 1, generator=g, dtype=D)
+    y = (torch.sin(2 * z[:, 0]) + 0.3 * torch.randn(24, generator=g, dtype=D))[:, None]
+    chosen = linear.select_stein_kernel([(z, -z, y)], nugget=linear.NUGGETS)
+    best = max(
+        (float(linear.gls_fit(K0, y, lam * K0.diagonal().mean())[2]), ell, lam)
+        for ell in linear.LENGTHSCALES  # times sqrt(d) = 1
+        for K0 in [stein_kernel(RBFKernel(1, lengthscale=ell, learn_outputscale=False).double(),
+                                z, z, -z, -z).detach()]
+        for lam in linear.NUGGETS)
+    assert chosen.nugget == best[2] > 1e-8
+    assert float(chosen.kernel.lengthscale.detach()) == pytest.approx(best[1], rel=1e-6)
+    assert float(chosen.fits[0][2]) == pytest.approx(best[0], rel=1e-12)
+    with pytest.raises(ValueError, match="positive"):
+        linear.select_stein_kernel([(z, -z, y)], nugget=(1e-3, 0.0))
+
+
+def test_control_functional_method_chooses_its_nugget_unless_given():
+    from zoo.control_variates.methods import ControlFunctional
+    from zoo.tasks.integration import IntegrationProblem
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(30, 1, generator=g, dtype=D)
+    f = (x[:, 0] > 0).to(D)  # the step: a near-interpolating CF removes nothing
+    problem = IntegrationProblem(x, f, -x, {})
+    chosen = ControlFunctional(dim=1).estimate(problem).value
+    at = {lam: float(linear.control_functional(x, -x, f[:, None], nugget=lam).value[0])
+          for lam in linear.NUGGETS}
+    z = (x - x.mean(0)) / x.std(0)
+    picked = linear.select_stein_kernel([(z, -z * x.std(0), f[:, None])],
+                                        nugget=linear.NUGGETS).nugget
+    assert picked > 1e-8
+    assert chosen == pytest.approx(at[picked], abs=1e-12)
+    assert ControlFunctional(dim=1, nugget=1e-8).estimate(problem).value == pytest.approx(
+        at[1e-8], abs=1e-12)

@@ -325,7 +325,8 @@ class MetaCVState(nn.Module):
         if self.meta is None:
             self.meta = neural.MetaCV(dim, hidden=(s.width, s.width), outputs=outputs,
                                       steps=s.steps, inner_lr=s.inner_lr, penalty=s.penalty,
-                                      first_order=s.first_order, centre=centre, field=s.field)
+                                      first_order=s.first_order, centre=centre, field=s.field,
+                                      inner_rule=s.inner_rule)
             self.optimizer = torch.optim.Adam(self.meta.parameters(), lr=s.lr)
             self.centred.fill_(centre)
         first, last = self.meta.params[0], self.meta.params[-1]
@@ -375,9 +376,9 @@ class MetaCVEstimator(_FittedCV):
     classifier meta-trains, every integral it evaluates through this estimator is harvested
     (whitened draws and integrand values) and the meta-CV takes ``meta_steps`` outer steps, each on
     ``meta_batch`` harvested integrals (its own Adam, rate ``lr``); at test each integral adapts
-    the meta-CV by ``steps`` inner steps on its fitting half and estimates on the other
-    (``split``). The classifier owns the learned :class:`MetaCVState` (``state``, set by the
-    method)."""
+    the meta-CV by ``steps`` inner steps (``inner_rule``: Adam, the thesis's, or sgd) on its
+    fitting half and estimates on the other (``split``). The classifier owns the learned
+    :class:`MetaCVState` (``state``, set by the method)."""
 
     name: ClassVar[str] = "meta-cv"
     steps: int = 1
@@ -390,12 +391,16 @@ class MetaCVEstimator(_FittedCV):
     harvest: int = 4096
     first_order: bool = False
     field: str = "ones"
+    inner_rule: str = "adam"
     state: MetaCVState | None = dataclass_field(default=None, compare=False, repr=False,
                                                 metadata={"bound": True})
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_field(self)
+        if self.inner_rule not in neural.INNER_RULES:
+            raise HyperParameterError(f"estimator 'meta-cv': inner_rule={self.inner_rule!r}; use "
+                                      f"one of {neural.INNER_RULES}")
 
     def make_state(self) -> MetaCVState:
         return MetaCVState(self)

@@ -98,19 +98,24 @@ class PolynomialCV(IntegrationMethod):
 
 
 class ControlFunctional(IntegrationMethod):
-    """Control functional: Stein kernel of an RBF, lengthscale by the Stein marginal likelihood."""
+    """Control functional: Stein kernel of an RBF, lengthscale and nugget by the Stein marginal
+    likelihood on the fitting samples."""
 
     name = "control-functional"
     hyperparameters: ClassVar[dict[str, Any]] = {
         "estimate": _estimate_hparam("intercept"),
-        "nugget": HParam(linear.NUGGET, gt=0, doc="relative nugget of the Stein Gram matrix"),
+        "nugget": HParam(None, type=float, gt=0,
+                         doc="relative nugget of the Stein Gram matrix; None: chosen with the "
+                             "lengthscale by the Stein marginal likelihood from "
+                             f"{linear.NUGGETS} (1e-8: the thesis's near-interpolation)"),
     }
 
     def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
+        nugget = self.hparams["nugget"]
         return _result(linear.control_functional(
             problem.x.double(), problem.score.double(), problem.fx.double()[:, None],
             mode=self.hparams["estimate"], boundary=_boundary(problem),
-            nugget=self.hparams["nugget"]))
+            nugget=linear.NUGGETS if nugget is None else nugget))
 
 
 class NeuralCV(IntegrationMethod):
@@ -235,14 +240,17 @@ class VectorValuedCV(IntegrationMethod):
 class MetaControlVariate(IntegrationMethod):
     """Meta-learned neural CV (Sun 2023, Ch. 5): meta-trained over training integrands by the
     runner (``train_episodes``, ``meta_batch``), adapted to each test integrand by ``steps``
-    gradient steps on its first half, the split estimate on its second half."""
+    inner steps (``inner_rule``) on its first half, the split estimate on its second half."""
 
     name = "meta-cv"
     hyperparameters: ClassVar[dict[str, Any]] = {
         "lr": HParam(2e-3, gt=0, doc="outer Adam learning rate (eta)"),
         "meta_batch": HParam(5, ge=1, doc="tasks per outer step (B)"),
-        "steps": HParam(1, ge=0, doc="inner gradient steps (L)"),
+        "steps": HParam(1, ge=0, doc="inner steps (L)"),
         "inner_lr": HParam(0.01, gt=0, doc="inner step size (alpha)"),
+        "inner_rule": HParam("adam", choices=neural.INNER_RULES,
+                             doc="inner update rule: adam (the thesis's, App. B.3) or sgd (plain "
+                                 "gradient steps)"),
         "width": HParam(80, ge=1, doc="units in each of the two hidden layers"),
         "penalty": HParam(5e-6, ge=0, doc="penalty on the CV's outputs (lambda)"),
         "first_order": HParam(False, doc="first-order MAML (no second derivatives)"),
@@ -255,7 +263,8 @@ class MetaControlVariate(IntegrationMethod):
         h = self.hparams
         self.meta = neural.MetaCV(dim, hidden=(h["width"], h["width"]), steps=h["steps"],
                                   inner_lr=h["inner_lr"], penalty=h["penalty"],
-                                  first_order=h["first_order"], field=h["field"])
+                                  first_order=h["first_order"], field=h["field"],
+                                  inner_rule=h["inner_rule"])
 
     def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
         p = episode.problem

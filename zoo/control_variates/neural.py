@@ -28,8 +28,9 @@ forward pass: ``x [T, N, d] -> [T, N, K]``.
 
 * :func:`neural_cv_params` / :func:`fit_neural_cv`: an independent CV per task, Adam on
   mini-batches of the fitting half.
-* :class:`MetaCV`: MAML over tasks (Algorithm 6): ``L`` inner gradient steps on ``S_t`` from the
-  meta-parameters, the loss on ``Q_t`` after them; second order by default (``create_graph``),
+* :class:`MetaCV`: MAML over tasks (Algorithm 6): ``L`` inner steps on ``S_t`` from the
+  meta-parameters (Adam, the thesis's update rule, or plain gradient steps), the loss on ``Q_t``
+  after them; second order by default (``create_graph``),
   first order as an option. Adaptation (Algorithm 7) is the same inner loop without the graph.
   The inner loop is this functional one, batched over tasks, not learn2learn's ``MAML``: its
   per-task ``clone``/``adapt`` loops in Python, measured side by side (same results to 1e-8) in
@@ -152,18 +153,75 @@ def per_task(params: Params, tasks: int) -> Params:
             for p in params]
 
 
+INNER_RULES = ("adam", "sgd")
+"""The inner loop's update rules: ``adam``, the thesis's (App. B.3: "we use Adam as the UPDATE
+rule"), a fresh Adam per task and adaptation; ``sgd``, plain gradient steps (the original MAML)."""
+
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+"""``torch.optim.Adam``'s defaults, which the inner Adam uses."""
+
+
+class InnerAdam:
+    """Adam written out so that its steps stay differentiable (``torch.optim.Adam``'s update to
+    rounding, tested): ``p - lr m_hat / (sqrt(v_hat) + eps)`` with bias-corrected moments, fresh
+    moments per adaptation. One step from fresh moments moves each parameter by about ``lr``
+    whatever its gradient's scale (``lr g / (|g| + eps)``), where a plain step moves it by
+    ``lr g``; the square root is taken where the second moment is positive only, so that a
+    gradient that is exactly zero (a centred output's bias) leaves a finite second derivative."""
+
+    def __init__(self, lr: float):
+        self.lr, self.t = lr, 0
+        self.m: list[Tensor] = []
+        self.v: list[Tensor] = []
+
+    def __call__(self, params: Params, grads: Sequence[Tensor]) -> Params:
+        b1, b2 = ADAM_BETAS
+        if not self.m:
+            self.m = [torch.zeros_like(g) for g in grads]
+            self.v = [torch.zeros_like(g) for g in grads]
+        self.t += 1
+        self.m = [b1 * m + (1 - b1) * g for m, g in zip(self.m, grads)]
+        self.v = [b2 * v + (1 - b2) * g * g for v, g in zip(self.v, grads)]
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        out = []
+        for p, m, v in zip(params, self.m, self.v):
+            positive = v > 0
+            root = torch.where(positive, torch.where(positive, v, 1.0).sqrt(), 0.0)
+            out.append(p - (self.lr / c1) * m / (root / math.sqrt(c2) + ADAM_EPS))
+        return out
+
+
+class InnerSGD:
+    """Plain gradient steps ``p - lr g``."""
+
+    def __init__(self, lr: float):
+        self.lr = lr
+
+    def __call__(self, params: Params, grads: Sequence[Tensor]) -> Params:
+        return [p - self.lr * g for p, g in zip(params, grads)]
+
+
+def inner_rule(name: str, lr: float) -> InnerAdam | InnerSGD:
+    """A fresh update rule of the inner loop (see :data:`INNER_RULES`)."""
+    if name not in INNER_RULES:
+        raise ValueError(f"inner rule {name!r}: use one of {INNER_RULES}")
+    return InnerAdam(lr) if name == "adam" else InnerSGD(lr)
+
+
 def adapt(params: Params, x: Tensor, score: Tensor, fx: Tensor, *, steps: int, lr: float,
           boundary: bool, penalty: float = 0.0, centre: bool = False, field: str = "ones",
-          create_graph: bool = False) -> Params:
-    """``steps`` gradient steps of every task's loss on ``(x, score, fx) [T, m, ...]`` from the
-    shared ``params``: per-task parameters ``[T, ...]``. ``create_graph`` keeps the steps
-    differentiable in ``params`` (second-order MAML)."""
+          create_graph: bool = False, rule: str = "adam") -> Params:
+    """``steps`` inner steps (``rule``, :data:`INNER_RULES`; step size ``lr``) of every task's loss
+    on ``(x, score, fx) [T, m, ...]`` from the shared ``params``: per-task parameters ``[T, ...]``.
+    Adam's moments are per task (every task's loss depends on its own parameters only).
+    ``create_graph`` keeps the steps differentiable in ``params`` (second-order MAML)."""
+    update = inner_rule(rule, lr)
     with torch.enable_grad():
         theta = per_task(params, x.shape[0])
         for _ in range(steps):
             loss = task_loss(theta, x, score, fx, boundary, penalty, centre, field).sum()
             grads = torch.autograd.grad(loss, theta, create_graph=create_graph)
-            theta = [p - lr * g for p, g in zip(theta, grads)]
+            theta = update(theta, grads)
     return theta
 
 
@@ -230,27 +288,29 @@ def fit_neural_cv(x: Tensor, score: Tensor, fx: Tensor, *, mode: str = "split",
 class MetaCV(nn.Module):
     """A meta-learned neural CV (Sun 2023, Algorithms 6-7): meta-parameters ``theta`` of an MLP
     with ``outputs`` potentials (one per integrand of a task, each a ``field``; ``centre`` makes
-    them sum to zero), ``steps`` inner gradient steps of size ``inner_lr`` on each task's fitting
-    half, the split estimate."""
+    them sum to zero), ``steps`` inner steps of the rule ``inner_rule`` (Adam, the thesis's, or
+    plain gradient steps) of size ``inner_lr`` on each task's fitting half, the split estimate."""
 
     def __init__(self, dim: int, *, hidden: Sequence[int] = (80, 80), outputs: int = 1,
                  steps: int = 1, inner_lr: float = 0.01, penalty: float = 5e-6,
                  first_order: bool = False, boundary: bool = False, centre: bool = False,
-                 field: str = "ones", seed: int = 0):
+                 field: str = "ones", inner_rule: str = "adam", seed: int = 0):
         super().__init__()
+        if inner_rule not in INNER_RULES:
+            raise ValueError(f"inner rule {inner_rule!r}: use one of {INNER_RULES}")
         g = torch.Generator().manual_seed(seed)
         self.params = nn.ParameterList(init_params(
             dim, hidden, outputs=field_outputs(outputs, dim, field), generator=g))
         self.steps, self.inner_lr, self.penalty = steps, inner_lr, penalty
         self.first_order, self.boundary, self.centre = first_order, boundary, centre
-        self.field = field
+        self.field, self.inner_rule = field, inner_rule
 
     def adapt(self, x: Tensor, score: Tensor, fx: Tensor, *, training: bool = False) -> Params:
         """Per-task parameters after the inner steps on ``(x, score, fx) [T, m, ...]``."""
         return adapt(list(self.params), x, score, fx, steps=self.steps, lr=self.inner_lr,
                      boundary=self.boundary, penalty=self.penalty, centre=self.centre,
-                     field=self.field,
-                     create_graph=training and not self.first_order)
+                     field=self.field, create_graph=training and not self.first_order,
+                     rule=self.inner_rule)
 
     def meta_loss(self, x: Tensor, score: Tensor, fx: Tensor) -> Tensor:
         """Eq. 5.3: the mean over tasks of the held-out loss after adapting on the first half;

@@ -192,3 +192,10 @@ def test_conformance_other_families(family):
 @pytest.mark.slow
 def test_conformance_pretrained():
     check_method("bayes-last-layer", backbone_training="pretrain", steps_test=5)
+
+
+def test_the_test_budget_is_the_meta_training_budget():
+    """Chosen on validation episodes (benchmarks/bayes_last_layer/inner_budget.py): the belief the
+    backbone was meta-learned for, not the ELBO's optimum."""
+    defaults = BayesLastLayer.hyperparameters
+    assert defaults["steps_test"].default == defaults["steps_train"].default == 10
