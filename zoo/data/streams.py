@@ -5,7 +5,7 @@
 of the others (see :mod:`zoo.tasks.sequential`). Its validation split never touches the test
 examples: streams from the pool less the examples with index 1 mod 5, scored on those.
 
-``mnist-stream``: the protocol of Jones et al. (2024, notes-bong.md §3.1): pixels / 255, a stream
+``mnist-stream``: the protocol of Jones et al. (2024): pixels / 255, a stream
 of the first 2,000 MNIST training images (in a seeded order), 500 further training images for
 validation (scored after the same stream), and the first 1,000 test images for scoring. Files in
 torchvision's layout, ``<data dir>/mnist/MNIST/raw/*-idx*-ubyte``, which torchvision downloads.

@@ -1,4 +1,4 @@
-"""The BONG family's formulas, each against an independent derivation (notes-bong.md §5)."""
+"""The BONG family's formulas, each against an independent derivation."""
 
 import itertools
 

@@ -1,6 +1,6 @@
 """The five Gaussian beliefs of the BONG family and one update step of each in each geometry.
 
-Jones et al. (2024, §4.7; notes-bong.md §2.3-2.4). Every family implements
+Jones et al. (2024, §4.7). Every family implements
 
 - ``natural_step(curv, alpha, prior)``: one natural-gradient step (BONG with ``prior=None`` and
   ``alpha = 1``; BLR with ``prior`` the predicted belief),

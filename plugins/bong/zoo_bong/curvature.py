@@ -1,4 +1,4 @@
-"""The four estimators of ``(g, G)`` (Jones et al. 2024, Table 1; notes-bong.md §2.2).
+"""The four estimators of ``(g, G)`` (Jones et al. 2024, Table 1).
 
 ``g = E_q[grad log p(y | x, theta)]`` and ``G = E_q[hess log p(y | x, theta)]``, the gradients of
 the expected log-likelihood in the mean and (times two) in the covariance (Bonnet/Price). ``G`` is

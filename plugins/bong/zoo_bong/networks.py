@@ -1,6 +1,6 @@
 """Networks of the online experiments, as functions of one flat parameter vector.
 
-``cnn`` is the CNN of Jones et al. (2024)'s MNIST experiments (notes-bong.md §3.1): Conv(16, 5x5,
+``cnn`` is the CNN of Jones et al. (2024)'s MNIST experiments: Conv(16, 5x5,
 same padding) -> ReLU -> AvgPool 2 -> Conv(16, 5x5) -> ReLU -> AvgPool 2 -> Dense 64 -> ReLU ->
 Dense C, on square images (57,722 parameters at 28 x 28, 11,642 at 8 x 8). ``mlp`` has one hidden
 layer; ``linear`` is multinomial logistic regression. Weights are drawn as flax draws them (the

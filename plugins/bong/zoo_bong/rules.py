@@ -1,6 +1,6 @@
 """The four update rules over one observation and the combinations that are tractable.
 
-Jones et al. (2024, Table 2; notes-bong.md §2.1): BONG (one natural-gradient step of the expected
+Jones et al. (2024, Table 2): BONG (one natural-gradient step of the expected
 log-likelihood, learning rate 1, no KL), BOG (one plain-gradient step, rate ``alpha``), BLR
 (``iterations`` natural-gradient steps of the online VI loss, rate ``alpha``) and BBB (the same
 with plain gradients). Every BLR/BBB iteration re-estimates ``(g, G)`` under its current iterate
