@@ -23,7 +23,7 @@ import pytest
 
 from zoo.hookspecs import DISTRIBUTION
 
-from .test_readme_plugin import guide_files
+from .test_plugin_template import guide_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = [ROOT, *sorted(p.parent for p in (ROOT / "plugins").glob("*/pyproject.toml"))]
@@ -117,7 +117,7 @@ def test_the_core_and_protonet_from_wheels_run_in_a_fresh_environment(wheels, tm
         return run(venv / "bin" / "zoo", *args, env=env, cwd=user).stdout
 
     listed = {r["name"]: r for r in json.loads(zoo("plugins", "--json"))}
-    assert set(listed) == {"zoo", "protonet", "my-method"}
+    assert set(listed) == {"zoo", "protonet", "my-plugin"}
     assert listed["protonet"]["distribution"] == f"{DISTRIBUTION}-protonet"
     assert listed["zoo"]["distribution"] == DISTRIBUTION and listed["zoo"]["version"]
     assert "protonet" in zoo("plugins")
@@ -129,9 +129,9 @@ def test_the_core_and_protonet_from_wheels_run_in_a_fresh_environment(wheels, tm
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(r["method"] for r in lines) == ["my-method", "protonet"]
     assert all(r["threads"] == 1 for r in lines)
-    conformance = ("import json, zoo, zoo_protonet, zoo_my_method\n"
+    conformance = ("import json, zoo, zoo_protonet, zoo_my_plugin\n"
                    "from zoo.testing import check_method\n"
                    "check_method('protonet')\n"
-                   "print(json.dumps([m.__file__ for m in (zoo, zoo_protonet, zoo_my_method)]))")
+                   "print(json.dumps([m.__file__ for m in (zoo, zoo_protonet, zoo_my_plugin)]))")
     where = json.loads(run(python, "-c", conformance, env=env, cwd=user).stdout.splitlines()[-1])
     assert all(Path(f).is_relative_to(site) for f in where), where
