@@ -5,6 +5,7 @@ error names the extra to install."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -32,7 +33,10 @@ def test_curves_reach_tensorboard_as_recorded(tmp_path):
     assert set(events.Tags()["scalars"]) == {"train/loss", "train/val_accuracy"}
     for key in ("loss", "val_accuracy"):
         got = [(e.step, e.value) for e in events.Scalars(f"train/{key}")]
-        assert got == [(p["episode"], pytest.approx(p[key], rel=1e-6)) for p in curve]
+        # the loss is recorded between validations too: each scalar is a point that holds it
+        want = [(p["episode"], pytest.approx(p[key], rel=1e-6)) for p in curve
+                if isinstance(p.get(key), int | float) and math.isfinite(p[key])]
+        assert want and got == want
 
 
 def test_without_tensorboard_the_error_says_what_to_install(monkeypatch):
