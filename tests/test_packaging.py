@@ -21,7 +21,7 @@ IMPORT_TO_DISTRIBUTION = {"sklearn": "scikit-learn", "pyro": "pyro-ppl", "PIL": 
 
 CORE_OPTIONAL = {"ray": "the ray extra", "learn2learn": "imported for the plugins that declare it",
                  "gym": "learn2learn's import, quieted", "gym_notices": "gym's notice text",
-                 "tensorboard": "the tensorboard extra"}
+                 "tensorboard": "the tensorboard extra", "pandas": "the pandas extra"}
 """Modules the core imports only inside functions, for an extra or for a plugin that declares them."""
 
 
@@ -75,7 +75,7 @@ def test_the_core_declares_what_it_imports():
     imported = third_party_imports(ROOT / "zoo") - set(CORE_OPTIONAL)
     needed = {IMPORT_TO_DISTRIBUTION.get(n, n).lower() for n in imported}
     assert needed <= declared, f"the core imports {sorted(needed - declared)} undeclared"
-    assert {"ray", "tensorboard"} <= extras
+    assert {"ray", "tensorboard", "pandas"} <= extras
 
 
 def test_the_learn2learn_recipe_is_the_one_the_plugins_print():
