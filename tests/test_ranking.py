@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from zoo.ranking import aupr, auroc, aurc, entropy, excess_aurc, oracle_aurc, risk_coverage
+from zoo.ranking import aupr, aurc, auroc, entropy, excess_aurc, oracle_aurc, risk_coverage
 
 
 def pair_count_auroc(known, unknown):

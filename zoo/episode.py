@@ -4,6 +4,10 @@ An episode is determined by (base seed, data set, split, way, shot, query, index
 hashes these into a per-episode seed that feeds a local ``torch.Generator``; the global RNG is
 never touched. Every method therefore sees bit-identical test episodes, in any process, and
 per-episode results can be compared pairwise.
+
+Unknown-class queries (:func:`with_unknown_queries`) are drawn the same way, from a generator of
+their own seeded by the episode's seed and their source: adding them changes nothing else of the
+episode.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Episode:
-    """One few-shot classification task: labels ``0..way-1``."""
+    """One few-shot classification task: labels ``0..way-1``. ``unknown_x``: queries of classes
+    outside the support (open-set or another data set), to be told apart from the known ones;
+    ``None``: none."""
 
     support_x: Tensor
     support_y: Tensor
@@ -32,6 +38,7 @@ class Episode:
     way: int
     shot: int
     info: dict[str, Any] = field(default_factory=dict)
+    unknown_x: Tensor | None = None
 
     @property
     def query(self) -> int:
@@ -45,7 +52,20 @@ class Episode:
 
     def to(self, device: torch.device | str) -> Episode:
         return replace(self, support_x=self.support_x.to(device), support_y=self.support_y.to(device),
-                       query_x=self.query_x.to(device), query_y=self.query_y.to(device))
+                       query_x=self.query_x.to(device), query_y=self.query_y.to(device),
+                       unknown_x=None if self.unknown_x is None else self.unknown_x.to(device))
+
+    def known(self) -> Episode:
+        """The episode without its unknown-class queries (what a method is asked about)."""
+        return self if self.unknown_x is None else replace(self, unknown_x=None)
+
+    def unknown(self) -> Episode:
+        """The support with the unknown-class queries as its queries (labels: placeholders 0)."""
+        if self.unknown_x is None:
+            raise EpisodeError(f"episode {self.id} has no unknown-class queries")
+        return replace(self, query_x=self.unknown_x,
+                       query_y=torch.zeros(self.unknown_x.shape[0], dtype=torch.long,
+                                           device=self.query_y.device), unknown_x=None)
 
 
 def episode_seed(seed: int, dataset: str, split: str, way: int, shot: int, query: int,
@@ -113,3 +133,43 @@ class EpisodeSampler:
         while True:
             yield self[i]
             i += 1
+
+
+def unknown_count(known: int, way: int, fraction: float) -> int:
+    """Unknown-class queries for ``known`` known ones so that they are ``fraction`` of all queries,
+    rounded to a multiple of ``way`` (a method may lay queries out per class): ``way *
+    round(known / way * fraction / (1 - fraction))``, at least ``way``."""
+    if not 0 < fraction < 1:
+        raise EpisodeError(f"unknown_fraction must lie in (0, 1) to add unknown-class queries, "
+                           f"got {fraction}; 0 adds none")
+    return way * max(1, round(known / way * fraction / (1 - fraction)))
+
+
+def with_unknown_queries(episode: Episode, source: FewShotDataset, split: str,
+                         fraction: float) -> Episode:
+    """``episode`` with unknown-class queries drawn from ``split`` of ``source``, without
+    replacement among the examples of its classes that are not the episode's (by name: the
+    same data set gives open-set queries, another one cross-domain queries), as a pure function
+    of the episode's seed, the source and the count (:func:`unknown_count`). The rest of the
+    episode is unchanged."""
+    count = unknown_count(episode.query_y.shape[0], episode.way, fraction)
+    own = set(episode.info.get("classes") or ())
+    if episode.info.get("dataset") == source.name and not own:
+        raise EpisodeError(f"episode {episode.id} does not name its classes, so open-set queries "
+                           "cannot avoid them; draw unknown queries from another data set")
+    classes = torch.as_tensor([int(c) for c in source.split_classes(split)
+                               if source.class_names[int(c)] not in own], dtype=torch.long)
+    sizes = source.class_sizes[classes]
+    available = int(sizes.sum())
+    if count > available:
+        raise EpisodeError(f"split {split!r} of {source.name!r} has {available} examples outside "
+                           f"episode {episode.id}'s classes, but it needs {count} unknown queries: "
+                           "lower unknown_fraction or use a larger data set")
+    seed = coordinate_seed(episode.info.get("seed"), "unknown", source.name, split, count)
+    g = torch.Generator().manual_seed(seed)
+    pick = torch.randperm(available, generator=g)[:count]
+    ends = sizes.cumsum(0)
+    which = torch.searchsorted(ends, pick, right=True)  # the class each pick falls in
+    examples = pick - (ends[which] - sizes[which])
+    x = source.augment(source.gather(classes[which], examples[:, None]), split, g)
+    return replace(episode, unknown_x=x.reshape(count, *x.shape[2:]).to(episode.query_x.device))

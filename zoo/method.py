@@ -26,7 +26,9 @@ from zoo.kernels import Kernel
 @dataclass
 class Prediction:
     """``probs``: ``[Q, way]``, rows sum to one. ``extras``: optional method-specific outputs, e.g.
-    ``"inner_objective"`` (a list, one value per inner step, for convergence plots)."""
+    ``"inner_objective"`` (a list, one value per inner step, for convergence plots) and
+    ``"uncertainty"`` (``[Q]``, higher: less sure; what :attr:`Method.uncertainty_name` says),
+    which scores the detection of unknown-class queries beside the entropy."""
 
     probs: Tensor
     extras: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +68,7 @@ class Method(Configurable, nn.Module):
     meta_loss_name: ClassVar[str] = ""
     inner_objective_name: ClassVar[str] = ""
     inner_objective_better: ClassVar[str | None] = "lower"
+    uncertainty_name: ClassVar[str] = ""
 
     def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None, **hparams: Any):
         super().__init__()

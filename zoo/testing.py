@@ -188,10 +188,12 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         method.eval()
         with torch.no_grad():
             torch.manual_seed(1)
-            first = method.predict(episode).probs
+            prediction = method.predict(episode)
+            first = prediction.probs
             torch.manual_seed(2)
             again = method.predict(episode).probs
         q = episode.query_y.numel()
+        _check_uncertainty(method, prediction, q, at)
         assert first.shape == (q, way), \
             f"{at}: probs shape {tuple(first.shape)} != {(q, way)}; return one row per query"
         assert torch.isfinite(first).all() and (first >= 0).all(), \
@@ -204,6 +206,21 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
             "zoo.seeds.episode_generator(episode)"
         _check_objective_names(method, at)
     _check_any_way(name, settings, **hparams)
+
+
+def _check_uncertainty(method: Any, prediction: Any, queries: int, at: str) -> None:
+    """A method that declares its own uncertainty gives it, one finite number per query; one
+    that does not declare it gives none (the report would not know what it is)."""
+    own = prediction.extras.get("uncertainty")
+    if not getattr(method, "uncertainty_name", ""):
+        assert own is None, f"{at}: predict gives extras['uncertainty'] but the class sets no " \
+            "uncertainty_name; say what it is"
+        return
+    assert own is not None, f"{at}: the class declares uncertainty_name " \
+        f"{method.uncertainty_name!r} but predict gives no extras['uncertainty']; return it " \
+        "(one number per query) or set uncertainty_name = ''"
+    assert tuple(own.shape) == (queries,) and torch.isfinite(own).all(), \
+        f"{at}: extras['uncertainty'] has shape {tuple(own.shape)}; give one finite number per query"
 
 
 def _check_objective_names(method: Any, at: str) -> None:

@@ -40,8 +40,13 @@ class LatentGaussianMethod(Method):
 
     A subclass implements :meth:`latent`; :meth:`predict` returns ``E[link(f)]`` under those
     marginals with the estimator the ``estimator`` hyper-parameter names. ``link`` maps draws
-    ``f [..., S, C]`` to probabilities (the softmax unless a subclass says otherwise).
+    ``f [..., S, C]`` to probabilities (the softmax unless a subclass says otherwise). Its own
+    uncertainty is the latent predictive variance summed over classes (averaged over the
+    posterior samples of a mixture): large where the query is far from the support in the
+    kernel's geometry, whatever the probabilities say.
     """
+
+    uncertainty_name = "latent predictive variance, summed over classes"
 
     hyperparameters: ClassVar[dict[str, HParam]] = {
         "estimator": HParam("sobol", doc="expectation estimator of the class probabilities: a "
@@ -103,4 +108,6 @@ class LatentGaussianMethod(Method):
     def predict(self, episode: Episode) -> Prediction:
         mean, var = self.latent(episode)
         probs = self.probabilities(mean, var, seed=episode_own_seed(episode))
-        return Prediction(probs.float(), extras={"mean": mean.float(), "var": var.float()})
+        spread = var.sum(-1) if var.ndim == 2 else var.sum(-1).mean(0)
+        return Prediction(probs.float(), extras={"mean": mean.float(), "var": var.float(),
+                                                 "uncertainty": spread.float()})

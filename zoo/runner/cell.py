@@ -64,6 +64,15 @@ class DatasetCache:
             self._loaded[name] = dataset.to(self.device)
         return self._loaded[name]
 
+    def auxiliary(self, cell: Cell) -> dict[str, Any]:
+        """The data sets the cell's test episodes also draw on, by name (each checked as data of
+        the cell's kind)."""
+        out = {}
+        for name in cell.task.auxiliary_datasets(cell.shape):
+            out[name] = self.get(name)
+            cell.task.check_data(out[name], name)
+        return out
+
     def training_data(self, cell: Cell) -> tuple[Any, Any]:
         """The data sets that train ``cell``: its training set and, when the cell names a
         ``val_dataset``, that set (checked compatible), else ``None`` (validate on the training
@@ -173,7 +182,8 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     seed_everything(cell.seed)
     records = evaluate(task, trained.method, cell.method, test_data, shape=cell.shape,
                        seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
-                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label)
+                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
+                       auxiliary=datasets.auxiliary(cell))
     info = trained.info
     result = {
         "method": cell.method, "task": task.name, "dataset": cell.dataset,

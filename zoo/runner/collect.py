@@ -75,6 +75,7 @@ class Entry:
                                for rs in by_seed.values()]
         per_seed = self.seed_means()
         seed_mean, seed_ci = seed_mean_ci(list(per_seed.values()))
+        out |= self.seed_intervals()
         return out | {"status": "done" if not self.failed else "partly failed",
                       **self.task.summarise(list(self.episodes.values())),
                       "seed_means": per_seed, "seed_mean": seed_mean, "seed_ci95": seed_ci,
@@ -82,6 +83,23 @@ class Entry:
                       "threads": sorted({r.get("threads") for r in self.results}, key=str),
                       "temperature": float(np.mean(trained("temperature"))),
                       "train_seconds": float(np.mean(trained("train_seconds")))}
+
+    def seed_intervals(self) -> dict[str, float]:
+        """``KEY_seed_mean`` and ``KEY_seed_ci95`` of each of the kind's :attr:`~zoo.tasks.Task.
+        seed_keys` that every seed's summary gives, where there are two seeds or more."""
+        keys = self.task.seed_keys
+        by_seed: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for episode, record in self.episodes.items():
+            by_seed[episode[0]].append(record)
+        if not keys or len(by_seed) < 2:
+            return {}
+        summaries = [self.task.summarise(records) for _, records in sorted(by_seed.items())]
+        out: dict[str, float] = {}
+        for key in keys:
+            if all(key in s for s in summaries):
+                out[f"{key}_seed_mean"], out[f"{key}_seed_ci95"] = seed_mean_ci(
+                    [s[key] for s in summaries])
+        return out
 
     def seed_means(self) -> dict[int, float]:
         """Each seed's mean of the task kind's headline number over its episodes."""

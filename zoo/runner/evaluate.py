@@ -15,7 +15,7 @@ continues after the last recorded episode. The summary of the records is the tas
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,14 @@ FLUSH_SECONDS = 5.0
 
 def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, shape: Shape,
              seed: int, count: int, temperature: float, records_path: Path | None = None,
-             progress: bool = False, label: str = "", split: str = "test"
-             ) -> list[dict[str, Any]]:
+             progress: bool = False, label: str = "", split: str = "test",
+             auxiliary: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per-episode records for the test episodes (``split="val"``: ``count`` validation episodes
-    of the trained shape, drawn with ``seed``); resumes from ``records_path`` if given."""
+    of the trained shape, drawn with ``seed``); resumes from ``records_path`` if given.
+    ``auxiliary``: the data sets the task kind's test episodes also draw on, by name
+    (:meth:`zoo.tasks.Task.auxiliary_datasets`)."""
     if split == "test":
-        n, get = task.test_episodes(dataset, shape, seed, count)
+        n, get = task.test_episodes(dataset, shape, seed, count, auxiliary)
     else:
         n, get = count, task.episodes(dataset, split, shape, seed, training=False)
     records: list[dict[str, Any]] = []

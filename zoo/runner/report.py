@@ -70,8 +70,9 @@ def markdown(report: Report) -> str:
         lines = [f"### {kind}\n"] if len(kinds) > 1 else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
+        rows = [r for r in report.rows() if r["task"] == kind]
         parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].table_note
-                     + threads_note(report, kind) + "\n")
+                     + report.tasks[kind].notes(rows) + threads_note(report, kind) + "\n")
     return "\n".join(parts)
 
 

@@ -51,7 +51,11 @@ def episode_means(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
     numbers themselves when every record is its own episode (sampled episodes: the episode's seed
     depends on the cell's). An episode is its ``seed`` (the episode's own, a hash of all its
     coordinates); records without one count as distinct. Order: by episode seed."""
-    values = numbers(records, key)
+    return per_episode(records, numbers(records, key))
+
+
+def per_episode(records: Sequence[Mapping[str, Any]], values: np.ndarray) -> np.ndarray:
+    """``values`` (one per record, in order) per distinct episode, as :func:`episode_means`."""
     ids = [r.get("seed") for r in records]
     if None in ids:
         return values
@@ -132,6 +136,9 @@ class Task(ABC):
         paired_key: the per-episode record key the report compares methods on, pairwise (shown
             in percent with ``paired_percent``, with ``digits`` decimals).
         table_note: the line under the kind's report table saying what its cells hold.
+        seed_keys: summary keys the report also gives as mean +- 95% CI over seeds
+            (``KEY_seed_mean``, ``KEY_seed_ci95``) where a row has several; the headline's are
+            ``seed_mean`` and ``seed_ci95``.
         report_metrics: the summary numbers the HTML report's table can show, the first by
             default (none declared: the headline, unmarked).
     """
@@ -152,6 +159,7 @@ class Task(ABC):
     digits: ClassVar[int] = 3
     table_note: ClassVar[str] = ""
     report_metrics: ClassVar[tuple[ReportMetric, ...]] = ()
+    seed_keys: ClassVar[tuple[str, ...]] = ()
 
     # -- cells -----------------------------------------------------------------------------------
 
@@ -231,9 +239,15 @@ class Task(ABC):
                  training: bool) -> GetEpisode:
         """``get(i)``: the i-th episode of ``split`` (a pure function of the coordinates)."""
 
-    def test_episodes(self, dataset: Any, shape: Shape, seed: int, count: int
-                      ) -> tuple[int, GetEpisode]:
-        """How many test episodes a cell scores and how to get the i-th."""
+    def auxiliary_datasets(self, shape: Shape) -> list[str]:
+        """Data sets a cell's test episodes draw on besides its test set (the runner loads them
+        and passes them to :meth:`test_episodes` by name); default: none."""
+        return []
+
+    def test_episodes(self, dataset: Any, shape: Shape, seed: int, count: int,
+                      auxiliary: Mapping[str, Any] | None = None) -> tuple[int, GetEpisode]:
+        """How many test episodes a cell scores and how to get the i-th; ``auxiliary``: the data
+        sets :meth:`auxiliary_datasets` names, by name."""
         return count, self.episodes(dataset, "test", shape, seed, training=False)
 
     def prepare(self, method: nn.Module, get: GetEpisode, indices: Sequence[int]) -> None:
@@ -300,6 +314,10 @@ class Task(ABC):
     @abstractmethod
     def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
         """A report table cell for a summary row that has numbers."""
+
+    def notes(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        """Sentences after :attr:`table_note` that depend on what the table's ``rows`` hold."""
+        return ""
 
     def done_line(self, result: Mapping[str, Any]) -> str:
         """What ``zoo bench`` prints when a cell finishes."""

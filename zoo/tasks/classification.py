@@ -10,6 +10,18 @@ Methods are :class:`zoo.Method` and return :class:`zoo.Prediction` (class probab
 which calibration (ECE/MCE, 15 bins) is computed across episodes; a temperature fitted on the
 validation episodes of the selected model gives the calibrated confidences. The model is selected
 by validation accuracy.
+
+Uncertainty (:mod:`zoo.ranking`). Every summary gives selective prediction from the recorded
+confidences: AURC and E-AURC per episode, mean +- 95% CI over episodes. With ``unknown_fraction``
+above 0 every test episode also gets that fraction of its queries from classes outside its
+support (:func:`zoo.episode.with_unknown_queries`: the test split's other classes, or
+``unknown_dataset``'s test split), asked of the method in a call of their own after the known
+queries, the global RNG restored after it, so the known queries' records are those without
+the option bit for bit. Their detection is scored per episode: AUROC and AUPR of predictive
+entropy, of one minus the maximum probability and, where a method declares one
+(:attr:`zoo.Method.uncertainty_name`, ``Prediction.extras["uncertainty"]``), of its own
+uncertainty. ``ensemble`` (M >= 2) asks the runner for the ensemble of each cell's first M
+seeds (:mod:`zoo.runner.ensembles`).
 """
 
 from __future__ import annotations
@@ -21,8 +33,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from zoo.errors import EpisodeError
+from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
+from zoo.ranking import aupr, aurc, auroc, entropy, excess_aurc
 from zoo.tasks.base import (
     GetEpisode,
     PredictionError,
@@ -31,6 +44,7 @@ from zoo.tasks.base import (
     Task,
     episode_means,
     numbers,
+    per_episode,
     pooled,
     probabilities_problem,
 )
@@ -42,6 +56,11 @@ if TYPE_CHECKING:
     from zoo.episode import Episode
     from zoo.method import Method, Prediction
 
+DETECTORS = ("entropy", "maxprob", "uncertainty")
+"""The scores of "unknown" whose AUROC and AUPR are recorded: predictive entropy, one minus the
+maximum probability, and the method's own uncertainty (where it declares one)."""
+
+
 class Classification(Task):
     """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
 
@@ -51,7 +70,9 @@ class Classification(Task):
     data_what = "a few-shot classification data set"
     data_example = "glyphs"
     settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
-                                          "train_shot": 0, "query": 15, "train_query": 15}
+                                          "train_shot": 0, "query": 15, "train_query": 15,
+                                          "unknown_fraction": 0.0, "unknown_dataset": "",
+                                          "ensemble": 0}
     train_keys = ("way", "train_shot", "train_query")
     column_keys = ("way", "shot")
     selection_key = "val_accuracy"
@@ -82,21 +103,60 @@ class Classification(Task):
         ReportMetric("brier", "Brier", "lower", 1, 3, None,
                      "squared error of the probability vector against the one-hot label, summed "
                      "over classes, mean over queries"),
+        ReportMetric("aurc", "AURC (%)", "lower", 100, 1, "aurc_ci95",
+                     "area under the risk-coverage curve: the error rate among the k most "
+                     "confident queries, mean over k, per episode; mean +- 95% CI over episodes"),
+        ReportMetric("eaurc", "E-AURC (%)", "lower", 100, 1, "eaurc_ci95",
+                     "AURC minus the oracle's (every right query answered first): how badly the "
+                     "confidence ranks the errors, whatever the error rate"),
+        ReportMetric("auroc_entropy", "AUROC unknown, entropy (%)", "higher", 100, 1,
+                     "auroc_entropy_ci95", "probability that an unknown-class query has a higher "
+                     "predictive entropy than a known one, per episode, mean +- 95% CI"),
+        ReportMetric("auroc_maxprob", "AUROC unknown, max-prob (%)", "higher", 100, 1,
+                     "auroc_maxprob_ci95", "the same for one minus the maximum probability"),
+        ReportMetric("auroc_uncertainty", "AUROC unknown, own (%)", "higher", 100, 1,
+                     "auroc_uncertainty_ci95", "the same for the method's own uncertainty "
+                     "(a GP's latent variance, an ensemble's mutual information)"),
         ReportMetric("train_seconds", "training (s)", None, digits=0,
                      help="wall-clock seconds of meta-training, mean over seeds"),
         ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
                      help="wall-clock milliseconds to adapt and predict one test episode"),
     )
 
+    seed_keys = ("aurc", "eaurc", *(f"{a}_{s}" for a in ("auroc", "aupr") for s in DETECTORS))
+
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.
-        Likewise ``train_way``: 0 trains at the test way."""
+        Likewise ``train_way``: 0 trains at the test way. The unknown-class queries and the
+        ensemble are in a shape only when asked for (the names of other cells stay as they were)."""
+        fraction, members = float(s["unknown_fraction"]), int(s["ensemble"])
+        if not 0 <= fraction < 1:
+            raise ZooError(f"unknown_fraction is the fraction of a test episode's queries from "
+                           f"classes outside its support, in [0, 1); got {fraction}")
+        if s["unknown_dataset"] and not fraction:
+            raise ZooError("unknown_dataset names where unknown-class queries come from; set "
+                           "unknown_fraction above 0 to draw them")
+        if members == 1 or members < 0:
+            raise ZooError(f"ensemble is the number of seeds averaged (at least 2), or 0 for "
+                           f"none; got {members}")
+        if members > len(s.get("seeds", [])) and members:
+            raise ZooError(f"ensemble = {members} needs at least {members} seeds; the suite has "
+                           f"{len(s.get('seeds', []))} (set seeds, or lower ensemble)")
+        extra: dict[str, Any] = {"unknown_fraction": fraction} if fraction else {}
+        if s["unknown_dataset"]:
+            extra["unknown_dataset"] = str(s["unknown_dataset"])
+        if members:
+            extra["ensemble"] = members
         out = []
         for way in s["ways"]:
             out += [{"way": int(way), "train_way": int(s["train_way"]) or int(way), "shot": int(shot),
                      "train_shot": int(s["train_shot"]) or int(shot), "query": int(s["query"]),
-                     "train_query": int(s["train_query"])} for shot in s["shots"]]
+                     "train_query": int(s["train_query"])} | extra for shot in s["shots"]]
         return out
+
+    def auxiliary_datasets(self, shape: Shape) -> list[str]:
+        """The data set the unknown-class queries come from, when it is not the test set."""
+        return [shape["unknown_dataset"]] if shape.get("unknown_dataset") else []
 
     def train_shape(self, shape: Shape) -> dict[str, Any]:
         """The training's way is ``train_way`` where the shape has one: a way-transfer cell shares
@@ -152,9 +212,28 @@ class Classification(Task):
         query = shape["train_query"] if training else shape["query"]
         return EpisodeSampler(dataset, split, way, shot, query, seed=seed).__getitem__
 
-    def test_episodes(self, dataset: FewShotDataset, shape: Shape, seed: int, count: int
-                      ) -> tuple[int, GetEpisode]:
-        """The data set's fixed published test episodes take precedence (Lake's runs)."""
+    def test_episodes(self, dataset: FewShotDataset, shape: Shape, seed: int, count: int,
+                      auxiliary: Mapping[str, Any] | None = None) -> tuple[int, GetEpisode]:
+        """The data set's fixed published test episodes take precedence (Lake's runs); with
+        ``unknown_fraction``, each with its unknown-class queries (from ``auxiliary``'s
+        ``unknown_dataset`` when the shape names one)."""
+        count, get = self._known_test_episodes(dataset, shape, seed, count)
+        fraction = float(shape.get("unknown_fraction", 0.0))
+        if not fraction:
+            return count, get
+        from zoo.episode import with_unknown_queries
+
+        name = shape.get("unknown_dataset")
+        source = dataset if not name else (auxiliary or {}).get(name)
+        if source is None:
+            raise EpisodeError(f"unknown-class queries come from data set {name!r}, which was not "
+                               "loaded for this evaluation; pass it in auxiliary")
+        if source is not dataset:
+            self.check_compatible(dataset, source, "this cell")
+        return count, lambda i: with_unknown_queries(get(i), source, "test", fraction)
+
+    def _known_test_episodes(self, dataset: FewShotDataset, shape: Shape, seed: int, count: int
+                             ) -> tuple[int, GetEpisode]:
         fixed = dataset.fixed_episodes("test")
         if fixed is None:
             return count, self.episodes(dataset, "test", shape, seed, training=False)
@@ -171,26 +250,32 @@ class Classification(Task):
         return len(fixed), lambda i: fixed[i].to(device)
 
     def predict(self, method: Method, episode: Episode) -> Prediction:
-        return method.predict(episode)
+        """The method's prediction of the known queries; with unknown-class queries, a second
+        call for them (the support with those as queries), its prediction in ``extras["unknown"]``.
+        The second call runs with the global RNG forked, so what the known queries of this and
+        later episodes get does not depend on whether there were unknown ones."""
+        if episode.unknown_x is None:
+            return method.predict(episode)
+        import torch
 
-    def check(self, prediction: Any, episode: Episode, method: str) -> None:
-        """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`)."""
         from zoo.method import Prediction
 
-        def fail(problem: str) -> None:
-            raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
-                                  "predict must return zoo.Prediction(probs) with one row of class "
-                                  "probabilities per query (e.g. torch.softmax(logits, -1))")
+        known = method.predict(episode.known())
+        device = episode.query_x.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            unknown = method.predict(episode.unknown())
+        return Prediction(known.probs, {**getattr(known, "extras", {}), "unknown": unknown})
 
-        if not isinstance(prediction, Prediction):
-            fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")
-        probs = prediction.probs
-        expected = (episode.query_y.shape[0], episode.way)
-        if tuple(probs.shape) != expected:
-            fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = {list(expected)}")
-        problem = probabilities_problem(probs.detach().double().cpu().numpy())
-        if problem is not None:
-            fail(problem)
+    def check(self, prediction: Any, episode: Episode, method: str) -> None:
+        """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`);
+        likewise the prediction of the unknown-class queries where the episode has them."""
+        _check_probs(prediction, episode.query_y.shape[0], episode, method)
+        if episode.unknown_x is not None:
+            self._check_unknown(prediction, episode, method)
+
+    def _check_unknown(self, prediction: Any, episode: Episode, method: str) -> None:
+        unknown = prediction.extras.get("unknown")
+        _check_probs(unknown, episode.unknown_x.shape[0], episode, method, "unknown-class ")
 
     def check_many(self, predictions: Sequence[Any], episodes: Sequence[Episode],
                    method: str) -> None:
@@ -198,6 +283,9 @@ class Classification(Task):
         a shape; any failure is raised by :meth:`check` of the first bad episode."""
         stacked = _stack(predictions, episodes)
         if stacked is not None and probabilities_problem(stacked[0].numpy()) is None:
+            for prediction, episode in zip(predictions, episodes, strict=True):
+                if episode.unknown_x is not None:
+                    self._check_unknown(prediction, episode, method)
             return
         for prediction, episode in zip(predictions, episodes, strict=True):
             self.check(prediction, episode, method)
@@ -221,7 +309,8 @@ class Classification(Task):
                                   "shape cannot be scored; check it first (Task.check says why)")
         records = episode_records(*stacked, temperature)
         return [{"seed": e.info.get("seed"), "classes": e.info.get("classes")} | r
-                for e, r in zip(episodes, records, strict=True)]
+                | (detection(p) if e.unknown_x is not None else {})
+                for p, e, r in zip(predictions, episodes, records, strict=True)]
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Accuracy with its 95% CI over distinct episodes (:func:`~zoo.tasks.base.episode_means`:
@@ -235,7 +324,8 @@ class Classification(Task):
         ece_cal, mce_cal = ece_mce(calibrated, correct)
         queries = np.fromiter(map(len, map(itemgetter("correct"), records)), dtype=np.float64,
                               count=len(records))  # episodes' means weighted by their queries
-        return {"accuracy": accuracy, "ci95": ci95, "ece": ece, "mce": mce,
+        return selective(records) | detected(records) | {
+                "accuracy": accuracy, "ci95": ci95, "ece": ece, "mce": mce,
                 "nll": float(numbers(records, "nll") @ queries / queries.sum()),
                 "brier": float(numbers(records, "brier") @ queries / queries.sum()),
                 "ece_calibrated": ece_cal, "mce_calibrated": mce_cal,
@@ -264,13 +354,29 @@ class Classification(Task):
         return fit_temperature(payload["val_logp"], payload["val_y"], what=payload.get("what", ""))
 
     def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        """Accuracy +- CI (ECE raw / calibrated); where unknown-class queries were scored, also
+        ``[AURC, E-AURC, AUROC of entropy / max-prob / own uncertainty]`` in %."""
         pm = r"$\pm$" if latex else "±"
         pct = r"\%" if latex else "%"
         value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
         ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
         text = f"{value:.1f}{ci}"
         ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
-        return text + (ece if not error else f"{pct} err")
+        text += ece if not error else f"{pct} err"
+        if "auroc_entropy" not in row:
+            return text
+        own = f" / {100 * row['auroc_uncertainty']:.0f}" if "auroc_uncertainty" in row else ""
+        return (text + f" [AURC {100 * row['aurc']:.1f}, E-AURC {100 * row['eaurc']:.1f}; AUROC "
+                f"{100 * row['auroc_entropy']:.0f} / {100 * row['auroc_maxprob']:.0f}{own}]")
+
+    def notes(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        if not any("auroc_entropy" in r for r in rows):
+            return ""
+        return (" In brackets, in %: AURC and E-AURC of the known queries (lower is better; mean "
+                "over episodes), then the AUROC of telling unknown-class queries from known ones "
+                "by predictive entropy / by one minus the maximum probability / by the method's "
+                "own uncertainty where it declares one (higher is better, 50 is chance). CIs, "
+                "AUPR and the means over seeds: table.csv.")
 
     def done_line(self, r: Mapping[str, Any]) -> str:
         return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
@@ -282,6 +388,72 @@ class Classification(Task):
         from zoo.runner.plots import reliability_diagrams
 
         return reliability_diagrams(report, out)
+
+
+def detection(prediction: Prediction) -> dict[str, Any]:
+    """An episode's unknown-class detection: the count of unknown queries and, per score of
+    :data:`DETECTORS` that both predictions give, AUROC and AUPR (unknown positive)."""
+    unknown = prediction.extras["unknown"]
+    known_p = prediction.probs.detach().double().cpu().numpy()
+    unknown_p = unknown.probs.detach().double().cpu().numpy()
+    scores = {"entropy": (entropy(known_p), entropy(unknown_p)),
+              "maxprob": (1 - known_p.max(-1), 1 - unknown_p.max(-1))}
+    own = prediction.extras.get("uncertainty"), unknown.extras.get("uncertainty")
+    if own[0] is not None and own[1] is not None:
+        scores["uncertainty"] = tuple(v.detach().double().cpu().numpy() for v in own)
+    out: dict[str, Any] = {"unknown_queries": int(unknown_p.shape[0])}
+    for name, (k, u) in scores.items():
+        out[f"auroc_{name}"], out[f"aupr_{name}"] = auroc(k, u), aupr(k, u)
+    return out
+
+
+def selective(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """AURC and E-AURC of the recorded confidences of each episode (:mod:`zoo.ranking`), mean and
+    95% CI over distinct episodes; episodes of equal query counts computed together."""
+    values = {"aurc": np.empty(len(records)), "eaurc": np.empty(len(records))}
+    by_size: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+        by_size.setdefault(len(r["correct"]), []).append(i)
+    for size, rows in by_size.items():
+        if size == 0:
+            values["aurc"][rows] = values["eaurc"][rows] = math.nan
+            continue
+        conf = np.array([records[i]["confidence"] for i in rows], dtype=np.float64)
+        right = np.array([records[i]["correct"] for i in rows], dtype=np.float64)
+        values["aurc"][rows], values["eaurc"][rows] = aurc(conf, right), excess_aurc(conf, right)
+    out = {}
+    for key, v in values.items():
+        out[key], out[f"{key}_ci95"] = mean_ci(per_episode(records, v))
+    return out
+
+
+def detected(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean and 95% CI over distinct episodes of each detection score every record has."""
+    keys = [f"{a}_{s}" for s in DETECTORS for a in ("auroc", "aupr")]
+    out = {}
+    for key in keys:
+        if records and all(key in r for r in records):
+            out[key], out[f"{key}_ci95"] = mean_ci(episode_means(records, key))
+    return out
+
+
+def _check_probs(prediction: Any, rows: int, episode: Episode, method: str, what: str = "") -> None:
+    from zoo.method import Prediction
+
+    def fail(problem: str) -> None:
+        raise PredictionError(f"method {method!r} in episode {episode.id}: {what}{problem}; its "
+                              "predict must return zoo.Prediction(probs) with one row of class "
+                              "probabilities per query (e.g. torch.softmax(logits, -1))")
+
+    if not isinstance(prediction, Prediction):
+        fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")
+    probs = prediction.probs
+    expected = (rows, episode.way)
+    if tuple(probs.shape) != expected:
+        fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = {list(expected)}")
+    problem = probabilities_problem(probs.detach().double().cpu().numpy())
+    if problem is not None:
+        fail(problem)
 
 
 def train_way(shape: Shape) -> int:

@@ -113,6 +113,8 @@ def scaled_elbo(ell: Tensor, kl: Tensor, n: int, batches: int, scaling: str) -> 
 class BayesLastLayer(LastLayerMethod):
     """See the module docstring; ``family`` picks the Gaussian over the head's weights."""
 
+    uncertainty_name = ""  # its predictive gives no per-query latent variance to report
+
     name: ClassVar[str] = "bayes-last-layer"
     inner_objective_name = "ELBO per support point"
     inner_objective_better = "higher"

@@ -195,6 +195,13 @@ class LogisticSoftmax(GPMethod):
         return post, augmented_log_marginal(post, y + n, nu).sum(-1).mean(), trace
 
     def query_probs(self, episode: Episode, training: bool) -> tuple[Tensor, list[float]]:
+        probs, trace, _ = self.query_predictive(episode, training)
+        return probs, trace
+
+    def query_predictive(self, episode: Episode, training: bool
+                         ) -> tuple[Tensor, list[float], Tensor]:
+        """:meth:`query_probs` and the queries' latent predictive variance summed over classes
+        ``[Q]`` (averaged over the posterior samples of a mixture)."""
         mats = self.kernel_matrices(episode)
         post, _, trace = self.support_posterior(mats.Kss, self.onehot(episode).T, training,
                                                 episode)
@@ -202,7 +209,9 @@ class LogisticSoftmax(GPMethod):
         probs = self.probabilities(mean.transpose(-1, -2), var.transpose(-1, -2),
                                    seed=episode_own_seed(episode),
                                    samples=self.hparams["prob_samples"])
-        return (probs.mean(0) if probs.ndim == 3 else probs), trace
+        spread = var.sum(-2)
+        return ((probs.mean(0) if probs.ndim == 3 else probs), trace,
+                spread.mean(0) if spread.ndim == 2 else spread)
 
     def integrates_in_training(self) -> bool:
         return self.hparams["loss"] == "pl"
@@ -217,8 +226,9 @@ class LogisticSoftmax(GPMethod):
         return -objective / y.numel()
 
     def predict(self, episode: Episode) -> Prediction:
-        probs, trace = self.query_probs(episode, training=False)
-        return Prediction(probs.float(), extras={"inner_objective": trace})
+        probs, trace, spread = self.query_predictive(episode, training=False)
+        return Prediction(probs.float(), extras={"inner_objective": trace,
+                                                 "uncertainty": spread.float()})
 
 
 def _log_cosh(x: Tensor) -> Tensor:

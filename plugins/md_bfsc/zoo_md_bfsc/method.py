@@ -94,13 +94,21 @@ class MDBFSC(GPMethod):
     def query_probs(self, episode: Episode, *, steps: int, rho: float, samples: int,
                     trace: bool = False, tol: float = 0.0) -> tuple[Tensor, InnerResult]:
         """Inner steps on the support, then ``E[softmax(f*)]`` at the queries (Eq. 6)."""
+        probs, result, _ = self.query_predictive(episode, steps=steps, rho=rho, samples=samples,
+                                                 trace=trace, tol=tol)
+        return probs, result
+
+    def query_predictive(self, episode: Episode, *, steps: int, rho: float, samples: int,
+                         trace: bool = False, tol: float = 0.0
+                         ) -> tuple[Tensor, InnerResult, Tensor]:
+        """:meth:`query_probs` and the queries' latent predictive variance ``[Q, C]``."""
         mats = self.kernel_matrices(episode)
         result = self.run_inner(mats.Kss, episode.support_y, episode, steps=steps, rho=rho,
                                 samples=samples, trace=trace, tol=tol)
         mean, var = result.posterior.predict(mats.Ksq, mats.kqq)
         probs = self.probabilities(mean.T, var.T, seed=draw_seed(episode, 2),
                                    integrand=SoftmaxMean(), samples=samples)
-        return probs, result
+        return probs, result, var.T
 
     # -- the runner's entry points ---------------------------------------------------------------
 
@@ -121,9 +129,11 @@ class MDBFSC(GPMethod):
 
     def predict(self, episode: Episode) -> Prediction:
         h = self.hparams
-        probs, result = self.query_probs(episode, steps=h["steps_test"], rho=h["rho_test"],
-                                         samples=h["samples_test"], trace=True, tol=h["tol_test"])
-        return Prediction(probs.float(), {"inner_objective": result.elbo})
+        probs, result, var = self.query_predictive(
+            episode, steps=h["steps_test"], rho=h["rho_test"], samples=h["samples_test"],
+            trace=True, tol=h["tol_test"])
+        return Prediction(probs.float(), {"inner_objective": result.elbo,
+                                          "uncertainty": var.sum(-1).float()})
 
 
 class GDBFSC(MDBFSC):

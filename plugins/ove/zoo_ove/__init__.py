@@ -192,7 +192,11 @@ class Pairs:
 
 
 class OVE(GPMethod):
-    """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``."""
+    """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``. Its predictive is
+    over pairwise class functionals, not per-class latent marginals: it declares no own
+    uncertainty."""
+
+    uncertainty_name = ""
 
     name = "ove"
     inner_objective_name = "log-likelihood of the support labels at the Gibbs state"
