@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.cells import Cell, expand_cells
+from zoo.runner.ensembles import ensemble_cell, ensemble_groups, run_ensembles
 from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, RayExecutor
 from zoo.runner.storage import Results
 from zoo.runner.suite import (
@@ -225,6 +226,14 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
             runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads)
         try:
             runner.run(list(units.values()), on_done)
+            groups = ensemble_groups(cells)
+            if groups:  # after every member: scored here, with this process's data sets
+                ensembles = [ensemble_cell(g, m.seed) for g in groups for m in g]
+                by_hash |= {c.hash: c for c in ensembles}
+                bar.total += len(ensembles)
+                bar.refresh()
+                on_done(run_ensembles(groups, results, datasets, datasets.device, registry,
+                                      progress))
         finally:
             bar.close()
         log.info("suite %s: %d cells finished, %d failed, %d skipped in %.0f s", suite.name,

@@ -184,7 +184,19 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
                        seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
                        records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
                        auxiliary=datasets.auxiliary(cell))
-    info = trained.info
+    result = result_line(cell, records, trained, env) | objective_names(trained.method)
+    link_or_copy(train_dir / "model.pt", folder / "model.pt")
+    link_or_copy(train_dir / "training.json", folder / "training.json")
+    atomic_write_json(folder / "result.json", result)
+    (folder / "error.txt").unlink(missing_ok=True)
+    return result
+
+
+def result_line(cell: Cell, records: list[dict[str, Any]], trained: Any,
+                env: dict[str, Any]) -> dict[str, Any]:
+    """A scored cell's line of ``results.jsonl``: what it is, the task kind's summary of its
+    records, and how its model was trained (``trained.info``), with the environment."""
+    task, info = cell.task, trained.info
     result = {
         "method": cell.method, "task": task.name, "dataset": cell.dataset,
         "train_dataset": cell.train_dataset, "backbone": cell.backbone, "kernel": cell.kernel,
@@ -201,11 +213,6 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     }
     if cell.variant:
         result["variant"] = cell.variant
-    result |= objective_names(trained.method)
-    link_or_copy(train_dir / "model.pt", folder / "model.pt")
-    link_or_copy(train_dir / "training.json", folder / "training.json")
-    atomic_write_json(folder / "result.json", result)
-    (folder / "error.txt").unlink(missing_ok=True)
     return result
 
 

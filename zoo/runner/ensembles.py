@@ -1,0 +1,157 @@
+"""Ensembles of a cell's trained seeds, scored without retraining (suite setting ``ensemble``).
+
+The cells of a suite whose shape asks for an ensemble of ``M`` are grouped by everything but
+their seed; the first ``M`` seeds of a group (in order) are the members. The ensemble (the
+average of the members' class probabilities, :class:`zoo.ensemble.Ensemble`) is scored on each
+member's own test episodes, as a cell of its own: the member's configuration with the variant
+``"ensemble of seeds A,B,C"`` (its own row in the report, the members named) and the members in
+its shape. So the report's paired differences between the ensemble's row and the method's are
+taken on the same episodes, seed by seed: the ensemble against each member on that member's
+episodes. Its temperature is fitted on validation episodes of that seed, as a member's is; its
+training time is the members' summed. An ensemble row's "seeds" are the members whose test
+episodes it was scored on (one model, several sets of episodes). Members that are not all
+finished leave their ensemble out, with a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from zoo.ensemble import Ensemble
+from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_marker
+from zoo.runner.cell import DatasetCache, Outcome, _describe, _first_line, result_line
+from zoo.runner.cells import Cell, config_hash
+from zoo.runner.evaluate import evaluate
+from zoo.runner.provenance import environment
+from zoo.runner.storage import Results
+from zoo.runner.train import TrainedModel, has_split, train_model, validate
+from zoo.seeds import seed_everything
+
+log = logging.getLogger(__name__)
+
+
+def ensemble_groups(cells: Sequence[Cell]) -> list[list[Cell]]:
+    """The members of each ensemble the cells ask for: per group of cells equal but for the
+    seed and whose shape has ``ensemble = M``, the cells of its first ``M`` seeds."""
+    groups: dict[str, list[Cell]] = defaultdict(list)
+    for cell in cells:
+        if cell.shape.get("ensemble"):
+            groups[config_hash({k: v for k, v in cell.config().items() if k != "seed"})].append(cell)
+    out = []
+    for group in groups.values():
+        size = int(group[0].shape["ensemble"])
+        members = sorted(group, key=lambda c: c.seed)[:size]
+        if len(members) == size:
+            out.append(members)
+    return out
+
+
+def ensemble_cell(members: Sequence[Cell], seed: int) -> Cell:
+    """The cell of the ensemble of ``members`` scored on the test episodes of ``seed``."""
+    seeds = [m.seed for m in members]
+    base = next(m for m in members if m.seed == seed)
+    label = f"ensemble of seeds {','.join(map(str, seeds))}"
+    return replace(base, variant=f"{base.variant} {label}".strip(),
+                   shape={**base.shape, "members": seeds})
+
+
+def run_ensembles(groups: Sequence[Sequence[Cell]], results: Results, datasets: DatasetCache,
+                  device: str, registry: Any, progress: bool = False) -> list[Outcome]:
+    """Score every ensemble of ``groups`` not yet done; their ``done`` markers are written after
+    one flush to the disk."""
+    env = environment(device)
+    env_text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
+    outcomes: list[Outcome] = []
+    for members in groups:
+        unfinished = [m.label for m in members if not results.is_done(m.hash)]
+        cells = [ensemble_cell(members, m.seed) for m in members]
+        todo = [c for c in cells if not results.is_done(c.hash)]
+        if unfinished:
+            log.warning("ensemble of %s left out: member cell(s) %s did not finish",
+                        members[0].label, ", ".join(unfinished))
+            continue
+        if not todo:
+            continue
+        try:
+            ensemble, trainings = _load(members, results, datasets, device, registry)
+        except Exception as exc:  # a member's model that cannot be loaded fails its ensemble
+            message = _describe(exc)
+            for cell in todo:
+                _start(cell, results, env_text)
+                atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
+            outcomes += [Outcome(c.hash, c.label, error=_first_line(message)) for c in todo]
+            continue
+        for cell in todo:
+            _start(cell, results, env_text)
+            try:
+                result = _score(cell, ensemble, trainings, results, datasets, env, progress)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:
+                message = _describe(exc)
+                atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
+                outcomes.append(Outcome(cell.hash, cell.label, error=_first_line(message)))
+            else:
+                outcomes.append(Outcome(cell.hash, cell.label, result=result))
+    done = [o for o in outcomes if o.result is not None]
+    if done:
+        sync_to_disk(results.root)
+        for o in done:
+            write_marker(results.cell_dir(o.cell_hash) / "done")
+    return outcomes
+
+
+def _start(cell: Cell, results: Results, env_text: str) -> None:
+    folder = results.cell_dir(cell.hash)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / "config.json", cell.config())
+    atomic_write_text(folder / "env.json", env_text)
+
+
+def _load(members: Sequence[Cell], results: Results, datasets: DatasetCache, device: str,
+          registry: Any) -> tuple[Ensemble, list[TrainedModel]]:
+    trainings = []
+    for cell in members:
+        train_data, val_data = datasets.training_data(cell)
+        trainings.append(train_model(cell, results.train_dir(cell.train_hash), train_data, device,
+                                     registry, val_data=val_data))
+    return Ensemble([t.method for t in trainings]).eval(), trainings
+
+
+def _score(cell: Cell, ensemble: Ensemble, trainings: Sequence[TrainedModel], results: Results,
+           datasets: DatasetCache, env: dict[str, Any], progress: bool) -> dict[str, Any]:
+    task = cell.task
+    train_data, val_data = datasets.training_data(cell)
+    test_data = datasets.get(cell.dataset)
+    task.check_data(test_data, cell.dataset)
+    task.check_compatible(train_data, test_data, cell.method)
+    val_data = val_data if val_data is not None else train_data
+    selection, temperature = None, 1.0  # nothing to validate on: the members' probabilities
+    if has_split(val_data, "val") and cell.val_episodes > 0:
+        seed_everything(cell.seed)
+        with torch.no_grad():
+            selection, payload = validate(ensemble, cell, val_data)
+        temperature = task.calibrate(payload | {"what": cell.label})
+    seed_everything(cell.seed)
+    folder = results.cell_dir(cell.hash)
+    records = evaluate(task, ensemble, cell.method, test_data, shape=cell.shape, seed=cell.seed,
+                       count=cell.test_episodes, temperature=temperature,
+                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
+                       auxiliary=datasets.auxiliary(cell))
+    info = {"train_seconds": sum(t.info["train_seconds"] for t in trainings),
+            "val_seconds": sum(t.info.get("val_seconds") or 0.0 for t in trainings),
+            task.selection_key: selection, "selection": "ensemble of the members' selected models",
+            "skipped_steps": sum(t.info["skipped_steps"] for t in trainings),
+            "training_steps": sum(t.info.get("training_steps") or 0 for t in trainings)}
+    result = result_line(cell, records, TrainedModel(ensemble, temperature, info), env)
+    result["members"] = list(cell.shape["members"])
+    atomic_write_json(folder / "result.json", result)
+    (folder / "error.txt").unlink(missing_ok=True)
+    return result
