@@ -164,6 +164,50 @@ def reliability_diagrams(report: Report, out: Path) -> list[Path]:
     return written
 
 
+def coverage_figures(report: Report, out: Path) -> list[Path]:
+    """One accuracy-coverage figure per classification method (:func:`coverage_figure`)."""
+    written = []
+    names = unique_slugs(report.methods)
+    for method in report.methods:
+        fig = coverage_figure(report, method)
+        if fig is not None:
+            written.append(save(fig, out / f"coverage-{names[method]}.png"))
+    return written
+
+
+def coverage_figure(report: Report, method: str) -> Any:
+    """One method's selective prediction, a panel per classification setting: the accuracy of
+    the most confident fraction of each episode's queries against that fraction (mean over
+    episodes), beside the oracle's that answers every right query first; the table's AURC and
+    E-AURC in the title. ``None``: no setting scored."""
+    from zoo.tasks.classification import accuracy_coverage
+
+    done = [s for s in report.settings if s[0] == "classification"
+            and (method, s) in report.entries and report.entries[(method, s)].episodes]
+    if not done:
+        return None
+    plt = pyplot()
+    fig, axes = panels(plt, len(done), 3.6, 3.0)
+    for ax, s in zip(axes, done, strict=True):
+        entry = report.entries[(method, s)]
+        curve = accuracy_coverage(list(entry.episodes.values()))
+        summary = entry.summary()
+        if curve is None:
+            continue
+        coverage, accuracy, oracle = curve
+        ax.plot(coverage, accuracy, color="tab:blue", lw=1.4, label=method)
+        ax.plot(coverage, oracle, "k--", lw=1, label="oracle (right queries first)")
+        ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="coverage (fraction answered)",
+               ylabel="accuracy of the answered",
+               title=f"{report.label(s)}\nAURC {100 * summary['aurc']:.1f}%, "
+                     f"E-AURC {100 * summary['eaurc']:.1f}%")
+        ax.title.set_fontsize(9)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8)
+    fig.suptitle(f"{method}: accuracy-coverage (most confident first, mean over episodes)")
+    return fig
+
+
 UNNAMED = "meta-loss (not named by the method)"
 
 

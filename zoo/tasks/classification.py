@@ -35,7 +35,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
-from zoo.ranking import aupr, aurc, auroc, entropy, excess_aurc
+from zoo.ranking import aupr, aurc, auroc, entropy, excess_aurc, risk_coverage
 from zoo.tasks.base import (
     GetEpisode,
     PredictionError,
@@ -385,9 +385,9 @@ class Classification(Task):
                 f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
 
     def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import reliability_diagrams
+        from zoo.runner.plots import coverage_figures, reliability_diagrams
 
-        return reliability_diagrams(report, out)
+        return reliability_diagrams(report, out) + coverage_figures(report, out)
 
 
 def detection(prediction: Prediction) -> dict[str, Any]:
@@ -425,6 +425,25 @@ def selective(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     for key, v in values.items():
         out[key], out[f"{key}_ci95"] = mean_ci(per_episode(records, v))
     return out
+
+
+def accuracy_coverage(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, ...] | None:
+    """The accuracy-coverage curve of the recorded confidences: coverage ``k / n`` and the mean
+    over episodes of the accuracy among each episode's ``k`` most confident queries, with the
+    oracle's (every right query first) for reference, over the episodes of the most common query
+    count ``n``; ``None`` without records."""
+    if not records:
+        return None
+    sizes = np.fromiter(map(len, map(itemgetter("correct"), records)), dtype=np.int64)
+    n = int(np.bincount(sizes).argmax())
+    rows = [r for r, size in zip(records, sizes, strict=True) if size == n]
+    if n == 0:
+        return None
+    conf = np.array([r["confidence"] for r in rows], dtype=np.float64)
+    right = np.array([r["correct"] for r in rows], dtype=np.float64)
+    k = np.arange(1, n + 1, dtype=np.float64)
+    oracle = np.minimum(right.sum(1, keepdims=True), k) / k
+    return k / n, 1 - risk_coverage(conf, right).mean(0), oracle.mean(0)
 
 
 def detected(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
