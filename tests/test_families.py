@@ -12,9 +12,10 @@ from torch import Tensor
 
 from zoo.backbones import Backbone
 from zoo.episode import Episode
-from zoo.families.gp import GPMethod, check_finite
+from zoo.families.gp import GPMethod
 from zoo.families.last_layer import LastLayerMethod, gaussian_weight_posterior
 from zoo.gp import DTYPE
+from zoo.jitter import check_finite
 from zoo.kernels import BUILTIN as KERNELS
 from zoo.testing import build_for_tests, toy_episode
 

@@ -103,8 +103,26 @@ def tasks_cmd(args: argparse.Namespace) -> int:
     return print_rows(rows, args.json)
 
 
+@command("suites", _datasets_args)
+def suites_cmd(args: argparse.Namespace) -> int:
+    """List benchmark suites (built-in and from plugins)."""
+    from zoo.plugins import registry
+    from zoo.runner.suite import load_suite, suite_names
+
+    reg = registry()
+    rows = []
+    for name in suite_names(reg):
+        suite = load_suite(name, reg)
+        rows.append({"name": name, "plugin": reg.owner("suites", name),
+                     "task": suite.settings["task"], "source": suite.source,
+                     "description": suite.settings["description"]})
+    return print_rows(rows, args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    _load_subcommands()
+    from zoo.runner.cli import register_commands
+
+    register_commands(command)
     parser = argparse.ArgumentParser(prog="zoo", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,11 +137,6 @@ def summary(fn: Callable) -> str:
     """The first paragraph of ``fn``'s docstring on one line (a sub-command's line in ``zoo -h``;
     the first physical line would cut a sentence that wraps)."""
     return " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
-
-
-def _load_subcommands() -> None:
-    """Modules that add sub-commands with :func:`command` (the runner's live in zoo.runner)."""
-    import zoo.runner.cli  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import functools
 from abc import abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -23,15 +22,11 @@ from zoo.episode import Episode
 from zoo.errors import HyperParameterError, ZooError
 from zoo.hparams import Configurable, HParam, resolve_hparams
 from zoo.kernels import Kernel
+from zoo.spec import parse_spec
+from zoo.tasks.classification import Prediction, train_way
 
-
-@dataclass
-class Prediction:
-    """``probs``: ``[Q, way]``, rows sum to one. ``extras``: optional method-specific outputs, e.g.
-    ``"inner_objective"`` (a list, one value per inner step, for convergence plots)."""
-
-    probs: Tensor
-    extras: dict[str, Any] = field(default_factory=dict)
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 
 class Method(Configurable, nn.Module):
@@ -60,7 +55,11 @@ class Method(Configurable, nn.Module):
     default_backbone: ClassVar[str] = "conv4s"
     any_way: ClassVar[bool] = False
 
-    def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None, **hparams: Any):
+    def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None,
+                 registry: Registry | None = None, **hparams: Any):
+        """``registry``: the one the method is built from (:func:`build_method` passes it), where
+        a family looks up the components its hyper-parameters name (an estimator); the base
+        uses none."""
         super().__init__()
         self.backbone, self.kernel, self.way = backbone, kernel, way
         self.hparams = resolve_hparams(type(self), hparams)
@@ -92,20 +91,31 @@ class Method(Configurable, nn.Module):
     def features(self, x: Tensor) -> Tensor:
         return self.backbone(x)
 
+    @classmethod
+    def from_cell(cls, cell: Any, dataset: Any, registry: Registry) -> Method:
+        """An untrained method for ``cell`` (a :class:`zoo.runner.Cell`) on ``dataset``, with the
+        cell's backbone and kernel specs, its parameters drawn from the cell's seed."""
+        kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
+        backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
+                                      else (None, {}))  # e.g. "conv4s[width=128]"
+        return build_method(cell.method, way=train_way(cell.shape), in_channels=dataset.in_channels,
+                            image_size=dataset.image_size, backbone=backbone,
+                            backbone_options=backbone_options, kernel=kernel,
+                            kernel_options=options, seed=cell.seed, registry=registry,
+                            **cell.hparams)
+
 
 def build_method(name: str, *, way: int, in_channels: int, image_size: int,
                  backbone: str | None = None, kernel: str | None = None,
                  backbone_options: Mapping[str, Any] | None = None,
                  kernel_options: Mapping[str, Any] | None = None,
-                 seed: int | None = None, registry: Any = None, **hparams: Any) -> Method:
+                 seed: int | None = None, registry: Registry, **hparams: Any) -> Method:
     """Build a registered method with its backbone (and kernel, if it uses one) by name.
 
     ``seed`` seeds the global RNG just for parameter initialisation, so a cell is reproducible.
-    ``registry``: where the names are looked up (default: the process's plugin registry).
+    ``registry``: where the names are looked up (:func:`zoo.plugins.registry` is the process's).
     """
-    from zoo import plugins
-
-    reg = registry or plugins.registry()
+    reg = registry
     cls = reg.get("methods", name)
     resolved = resolve_hparams(cls, hparams)  # fail early, before building anything
     backbone_name = backbone or cls.default_backbone
@@ -122,7 +132,7 @@ def build_method(name: str, *, way: int, in_channels: int, image_size: int,
             k = kernel_cls(net.feature_dim, (way,) if per_class else (), **(kernel_options or {}))
         elif kernel is not None:
             raise HyperParameterError(f"method {name!r} does not use a kernel; drop --kernel")
-        return cls(net, way=way, kernel=k, **hparams)
+        return cls(net, way=way, kernel=k, registry=reg, **hparams)
     finally:
         torch.set_rng_state(cpu_state)
 

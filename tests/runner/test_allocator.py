@@ -13,10 +13,11 @@ import pytest
 CHILD = """
 import json
 from zoo.runner.allocator import malloc_setting, retain_freed_memory
+from zoo.plugins import registry
 from zoo.runner.storage import environment
 before = malloc_setting()
 first, again = retain_freed_memory(), retain_freed_memory()
-env = environment("cpu")
+env = environment("cpu", registry())
 assert env["threads"] >= 1
 print(json.dumps([before, first, again, env["malloc"]]))
 """

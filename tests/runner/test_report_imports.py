@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.report import render, write_report
 from zoo.runner.suite import suite_from_dict
@@ -37,7 +38,7 @@ def folder(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report-imports")
     run_suite(tiny_suite(test_datasets=["glyphs"]), out=out, device="cpu", progress=False)
     for kind, settings in OTHER_KINDS.items():
-        suite = suite_from_dict(kind, {"suite": {**COMMON, **settings}}, "tests")
+        suite = suite_from_dict(kind, {"suite": {**COMMON, **settings}}, "tests", registry=registry())
         assert not run_suite(suite, out=out, device="cpu", progress=False).failed
     return out
 

@@ -17,13 +17,16 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import HyperParameterError, ZooError
 from zoo.hparams import resolve_hparams
 from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel, select_methods
 from zoo.spec import parse_spec
 from zoo.tasks.base import Task
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +140,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> list[Cell]:
+def expand_cells(suite: Suite, methods: Sequence[str], registry: Registry) -> list[Cell]:
     """Every cell of ``suite`` for ``methods``, in a fixed order (train data, shape, seed, method)."""
-    if registry is None:
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
     for m in suite.method_overrides:
         registry.get("methods", m)
     cells = []
@@ -166,7 +165,7 @@ def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
 
 
 def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
-                registry: Any) -> list[Cell]:
+                registry: Registry) -> list[Cell]:
     task = registry.get("tasks", s["task"])
     if s["methods"] not in ("*", suite.settings["methods"]):
         # a part that names its own methods (an ablation of one of them) keeps to those; the

@@ -1,5 +1,5 @@
-"""The runner's sub-commands: ``zoo bench``, ``zoo train``, ``zoo evaluate``, ``zoo report``,
-``zoo suites`` (added to the ``zoo`` command through :func:`zoo.cli.command`)."""
+"""The runner's sub-commands: ``zoo bench``, ``zoo train``, ``zoo evaluate``, ``zoo report``
+(:func:`register_commands` adds them to the ``zoo`` command)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-from zoo.cli import command
+from typing import Any
 
 
 def _device_arg(p: argparse.ArgumentParser) -> None:
@@ -40,7 +40,6 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-@command("bench", _bench_args)
 def bench_cmd(args: argparse.Namespace) -> int:
     """Run a benchmark suite (default: quick) into a results folder and print its table."""
     from zoo.runner.bench import run_suite
@@ -95,7 +94,6 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-@command("train", _train_args)
 def train_cmd(args: argparse.Namespace) -> int:
     """Meta-train one classification method on one data set (resumable); writes a run folder for
     zoo evaluate."""
@@ -178,7 +176,6 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-@command("evaluate", _evaluate_args)
 def evaluate_cmd(args: argparse.Namespace) -> int:
     """Score a trained classification model on a data set's test episodes (cross-domain, Lake's
     runs)."""
@@ -255,32 +252,33 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true")
 
 
-@command("report", _report_args)
 def report_cmd(args: argparse.Namespace) -> int:
     """(Re)generate a results folder's tables and figures and print the table."""
     from zoo.runner.report import render, write_report
 
-    report = write_report(args.dir, plots=not args.no_plots)
+    report = write_report(args.dir, plots=not args.no_plots, kinds=task_kind)
     print(render(report, args.format))
     return 0
 
 
-def _suites_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
 
+def task_kind(name: str):
+    """A built-in task kind without loading the plugins (their imports, torch's among them, take
+    seconds that reading results does not need), else the process's registry's."""
+    from zoo.runner.collect import builtin_kind
+    from zoo.tasks import BUILTIN
 
-@command("suites", _suites_args)
-def suites_cmd(args: argparse.Namespace) -> int:
-    """List benchmark suites (built-in and from plugins)."""
-    from zoo.cli import print_rows
+    if name in BUILTIN:
+        return builtin_kind(name)
     from zoo.plugins import registry
-    from zoo.runner.suite import load_suite, suite_names
 
-    reg = registry()
-    rows = []
-    for name in suite_names(reg):
-        suite = load_suite(name, reg)
-        rows.append({"name": name, "plugin": reg.owner("suites", name),
-                     "task": suite.settings["task"], "source": suite.source,
-                     "description": suite.settings["description"]})
-    return print_rows(rows, args.json)
+    return registry().get("tasks", name)
+
+
+def register_commands(command: Callable[..., Callable[[Callable[..., int]], Any]]) -> None:
+    """Add the runner's sub-commands through ``command(name, configure)(function)``, as
+    :func:`zoo.cli.command` does."""
+    for name, configure, fn in [("bench", _bench_args, bench_cmd), ("train", _train_args, train_cmd),
+                                ("evaluate", _evaluate_args, evaluate_cmd),
+                                ("report", _report_args, report_cmd)]:
+        command(name, configure)(fn)

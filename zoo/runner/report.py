@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io import atomic_write_json, atomic_write_text
-from zoo.runner.collect import Report, load_report
+from zoo.runner.collect import Report, TaskKinds, load_report
 from zoo.runner.plots import draw_all
 
 FORMATS = ("md", "csv", "json", "latex")
@@ -114,9 +114,10 @@ def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
 
 
 def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = True,
-                 registry: Any = None) -> Report:
-    """Write every format (and the figures) into ``root/report``; return the report."""
-    report = load_report(Path(root), registry)
+                 kinds: TaskKinds | None = None) -> Report:
+    """Write every format (and the figures) into ``root/report``; return the report (``kinds``:
+    the task kinds of its results, as for :func:`~zoo.runner.collect.load_report`)."""
+    report = load_report(Path(root), kinds)
     out = Path(root) / "report"
     rows, pairs = report.rows(), report.paired()
     if "md" in formats:

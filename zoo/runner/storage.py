@@ -32,12 +32,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
 from zoo.io import atomic_write_bytes, atomic_write_json, atomic_write_text, json_record
 from zoo.runner.allocator import malloc_setting
 from zoo.runner.cells import code_free_hash, config_hash
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 FORMAT = {"format": "zoo-results", "version": 1}
 MARKER = "zoo-results.json"
@@ -609,11 +612,10 @@ def link_or_copy(src: Path, dst: Path) -> None:
 # -- environment -------------------------------------------------------------------------------
 
 @functools.cache
-def versions() -> dict[str, Any]:
-    """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
+def versions(registry: Registry) -> dict[str, Any]:
+    """Versions of python, torch, pyro, learn2learn, zoo and of every plugin of ``registry``
+    (its record)."""
     import importlib.metadata as md
-
-    from zoo.plugins import registry
 
     def version(dist: str) -> str | None:
         try:
@@ -624,7 +626,7 @@ def versions() -> dict[str, Any]:
     return {"python": platform.python_version(), "torch": version("torch"),
             "pyro": version("pyro-ppl"), "learn2learn": version("learn2learn"),
             "zoo": version("zoo"),
-            "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
+            "plugins": {r.name: r.version for r in registry.plugins if r.name != "zoo"}}
 
 
 @functools.cache
@@ -652,12 +654,13 @@ def device_description(device: str) -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
-def environment(device: str) -> dict[str, Any]:
-    """What a result depends on besides its config. ``threads`` is there because the intra-op
-    thread count changes the order of floating-point reductions, so the same cell trained with 1
-    and with 2 threads can end at different numbers (``zoo bench --workers`` sets it)."""
+def environment(device: str, registry: Registry) -> dict[str, Any]:
+    """What a result depends on besides its config (``registry``: the plugins it was made
+    with). ``threads`` is there because the intra-op thread count changes the order of
+    floating-point reductions, so the same cell trained with 1 and with 2 threads can end at
+    different numbers (``zoo bench --workers`` sets it)."""
     import torch
 
-    return {"versions": copy.deepcopy(versions()), "git_commit": git_commit(),
+    return {"versions": copy.deepcopy(versions(registry)), "git_commit": git_commit(),
             "device": device_description(device), "platform": platform.platform(),
             "argv": sys.argv, "malloc": malloc_setting(), "threads": torch.get_num_threads()}

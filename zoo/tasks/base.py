@@ -1,11 +1,12 @@
 """What a task kind is: the contract between the runner and one kind of problem.
 
 A :class:`Task` says how the episodes of a cell are drawn (a pure function of their coordinates),
-how a method of the kind is built and asked for a prediction, which predictions are admissible,
-how one episode is scored (a JSON record), how records are summarised (one function, used by the
-runner for a cell and by the report for seeds pooled), which validation number selects a model
-(higher is better), and how a summary is shown in the report. The runner holds no ``if kind ==``:
-it calls these. Kinds register through the ``zoo_register_tasks`` hook, so a plugin can add one.
+what a method of the kind is built with and how it is asked for a prediction, which predictions
+are admissible, how one episode is scored (a JSON record), how records are summarised (one
+function, used by the runner for a cell and by the report for seeds pooled), which validation
+number selects a model (higher is better), and how a summary is shown in the report. The runner
+holds no ``if kind ==``: it calls these. Kinds register through the ``zoo_register_tasks`` hook,
+so a plugin can add one.
 
 A kind's module imports no torch (the runner's calls import it when they run), so that reading
 results (``zoo report``) does not: it names its method and data classes as ``"module:Name"``. The
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
+from zoo.tasks.figures import Figure
 
 if TYPE_CHECKING:
     from torch import nn
@@ -115,6 +117,7 @@ class Task(ABC):
         paired_key: the per-episode record key the report compares methods on, pairwise (shown
             in percent with ``paired_percent``, with ``digits`` decimals).
         table_note: the line under the kind's report table saying what its cells hold.
+        figures: what the report draws for this kind, as data (:mod:`zoo.tasks.figures`).
     """
 
     name: ClassVar[str]
@@ -132,6 +135,7 @@ class Task(ABC):
     paired_percent: ClassVar[bool] = False
     digits: ClassVar[int] = 3
     table_note: ClassVar[str] = ""
+    figures: ClassVar[tuple[Figure, ...]] = ()
 
     # -- cells -----------------------------------------------------------------------------------
 
@@ -193,19 +197,9 @@ class Task(ABC):
             raise ZooError(f"method {getattr(cls, 'name', cls)!r} declares task {self.name!r} but "
                            f"is not a {base.__module__}.{base.__name__}; derive from that class")
 
-    def build(self, cls: type, cell: Any, dataset: Any, registry: Any) -> nn.Module:
-        """An untrained method of class ``cls`` for ``cell`` on ``dataset``, its parameters drawn
-        from the cell's seed (the global RNG stream is left as it was)."""
-        import torch
-
-        from zoo.method import manual_seed
-
-        with torch.random.fork_rng(devices=[]):
-            manual_seed(cell.seed)
-            return cls(**self.data_shape(dataset), **cell.hparams)
-
     def data_shape(self, dataset: Any) -> dict[str, Any]:
-        """What a method of this kind is built with besides its hyper-parameters (dimensions)."""
+        """What a method of this kind is built with besides its hyper-parameters (dimensions;
+        the method base's ``build`` asks)."""
         return {}
 
     @abstractmethod
@@ -287,7 +281,3 @@ class Task(ABC):
         """What ``zoo bench`` prints when a cell finishes."""
         return (f"{self.cell_text(result)}, train {result['train_seconds']:.0f}s, "
                 f"{1000 * result['eval_seconds_per_episode']:.0f} ms/episode")
-
-    def draw(self, report: Any, out: Any) -> list:
-        """Figures specific to this kind (the runner draws training and convergence curves)."""
-        return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,13 +34,26 @@ from zoo.tasks.base import (
     pooled,
     probabilities_problem,
 )
+from zoo.tasks.figures import Reliability
 
 if TYPE_CHECKING:
     import torch
+    from torch import Tensor
 
     from zoo.data.base import FewShotDataset
     from zoo.episode import Episode
-    from zoo.method import Method, Prediction
+    from zoo.method import Method
+
+
+@dataclass
+class Prediction:
+    """What a classification method returns. ``probs``: ``[Q, way]``, rows sum to one.
+    ``extras``: optional method-specific outputs, e.g. ``"inner_objective"`` (a list, one value
+    per inner step, for convergence plots)."""
+
+    probs: Tensor
+    extras: dict[str, Any] = field(default_factory=dict)
+
 
 class Classification(Task):
     """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
@@ -63,6 +77,7 @@ class Classification(Task):
                   "seeds were scored on counts once); in parentheses ECE of "
                   "the method's own probabilities / after the temperature fitted on validation "
                   "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
+    figures = (Reliability(),)
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.
@@ -104,19 +119,6 @@ class Classification(Task):
                 f"{train_data.in_channels}-channel {train_data.image_size}px ones "
                 f"({train_data.name}); choose a test data set of the same image shape")
 
-    def build(self, cls: type, cell: Any, dataset: FewShotDataset, registry: Any) -> Method:
-        from zoo.method import build_method
-        from zoo.spec import parse_spec
-
-        kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
-        backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
-                                      else (None, {}))  # e.g. "conv4s[width=128]"
-        return build_method(cell.method, way=train_way(cell.shape), in_channels=dataset.in_channels,
-                            image_size=dataset.image_size, backbone=backbone,
-                            backbone_options=backbone_options, kernel=kernel,
-                            kernel_options=options, seed=cell.seed, registry=registry,
-                            **cell.hparams)
-
     def episodes(self, dataset: FewShotDataset, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
         """Training episodes use ``train_way``, ``train_shot`` and ``train_query``; validation
@@ -153,8 +155,6 @@ class Classification(Task):
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
         """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`)."""
-        from zoo.method import Prediction
-
         def fail(problem: str) -> None:
             raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
                                   "predict must return zoo.Prediction(probs) with one row of class "
@@ -256,12 +256,6 @@ class Classification(Task):
                 f"train {r['train_seconds']:.0f}s, "
                 f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
 
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import reliability_diagrams
-
-        return reliability_diagrams(report, out)
-
-
 def train_way(shape: Shape) -> int:
     """The way a cell's model is built and trained for: ``train_way`` if set, else the test way."""
     return int(shape.get("train_way", shape["way"]))
@@ -273,8 +267,6 @@ def _stack(predictions: Sequence[Any], episodes: Sequence[Episode]
     predictions of the right type and shape for episodes that share ``Q`` and ``way``; ``None``
     otherwise (each is then taken alone)."""
     import torch
-
-    from zoo.method import Prediction
 
     if not episodes or not all(isinstance(p, Prediction) for p in predictions):
         return None

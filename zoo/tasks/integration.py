@@ -24,6 +24,7 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.figures import MetricLines, ParameterLines
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -89,6 +90,9 @@ def sample_task(family: IntegrandFamily, split: str, seed: int, samples: int,
                                                  d.score.to(device), info, related), d.truth)
 
 
+_ERROR_METRICS = (("rmse", "RMSE over tasks"), ("abs_error", "mean |error| (95% CI)"))
+
+
 class Integration(Task):
     """Integration with known truth: absolute error, variance reduction against Monte Carlo."""
 
@@ -112,6 +116,11 @@ class Integration(Task):
                   "/ sum of squared errors). In table.csv: sse (sum of squared errors over the "
                   "test integrands), rmse, train_seconds (offline: meta-training) and "
                   "eval_seconds_per_episode (online: estimation per integrand).")
+    figures = (MetricLines("samples", _ERROR_METRICS, "integration", log_x=True, log_y=True,
+                           errors={"abs_error": "ci95"}),
+               ParameterLines(_ERROR_METRICS, "integration", log_y=True, errors={"abs_error": "ci95"}))
+    """Error against the budget per family (the Meta-CV study's N_t, Table 4.2's m) and, where a
+    family is run at several values of one parameter, against it (its d, South's sigma2)."""
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """One shape per budget; ``train_samples = 0`` meta-trains at each budget (the Meta-CV
@@ -192,14 +201,3 @@ class Integration(Task):
         return (f"mean |error| {r['abs_error']:.3g} +- {r['ci95']:.2g}, RMSE {r['rmse']:.3g} "
                 f"(Monte Carlo {r['mc_rmse']:.3g}, VRF {r['vrf']:.3g}), "
                 f"{1000 * r['eval_seconds_per_episode']:.2f} ms/task")
-
-    def draw(self, report: Any, out: Any) -> list:
-        """Error against the budget per family (the Meta-CV study's N_t, Table 4.2's m) and, where
-        a family is run at several values of one parameter, against it (its d, South's sigma2)."""
-        from zoo.runner.plots import metric_lines, parameter_lines
-
-        metrics = [("rmse", "RMSE over tasks"), ("abs_error", "mean |error| (95% CI)")]
-        return [*metric_lines(report, self.name, "samples", metrics, out, "integration",
-                              log_x=True, log_y=True, errors={"abs_error": "ci95"}),
-                *parameter_lines(report, self.name, metrics, out, "integration", log_y=True,
-                                 errors={"abs_error": "ci95"})]

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from zoo.errors import ZooError
 from zoo.hparams import Configurable, HParam, resolve_hparams
+from zoo.method import manual_seed
 from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo.tasks.sequential import Stream
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 
 class TaskMethod(Configurable, nn.Module):
@@ -47,6 +52,15 @@ class TaskMethod(Configurable, nn.Module):
 
     def counters(self) -> dict[str, int]:
         return {}
+
+    @classmethod
+    def from_cell(cls, cell: Any, dataset: Any, registry: Registry) -> TaskMethod:
+        """An untrained method for ``cell`` (a :class:`zoo.runner.Cell`) on ``dataset``, built
+        with what the cell's task kind reads off the data (:meth:`zoo.tasks.Task.data_shape`),
+        its parameters drawn from the cell's seed (the global RNG stream is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            manual_seed(cell.seed)
+            return cls(**cell.task.data_shape(dataset), **cell.hparams)
 
 
 class RegressionMethod(TaskMethod):

@@ -42,6 +42,7 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.figures import MetricLines
 
 if TYPE_CHECKING:
     import torch
@@ -156,6 +157,9 @@ class Regression(Task):
                   "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
                   "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
                   "point, CRPS and 50%/90% coverage: table.csv.")
+    figures = (MetricLines("context", (("lmlhd_median", "LMLHD (median over tasks)"),
+                                       ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
+                                       ("coverage90", "90% interval coverage")), "regression"),)
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         sizes, targets = list(s["context_sizes"]), int(s["targets"])
@@ -299,11 +303,3 @@ class Regression(Task):
                 f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
                 f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
                 f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
-
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import metric_lines
-
-        return metric_lines(report, self.name, "context",
-                            [("lmlhd_median", "LMLHD (median over tasks)"),
-                             ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
-                             ("coverage90", "90% interval coverage")], out, "regression")

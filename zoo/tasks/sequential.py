@@ -24,6 +24,7 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
 from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, probabilities_problem
+from zoo.tasks.figures import CurveGrid
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -83,6 +84,10 @@ class Sequential(Task):
     paired_key = "final_nlpd"
     table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
                   "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
+    figures = (CurveGrid(rows=(("step", "examples seen"),
+                               ("update_seconds", "wall time of the updates (s)")),
+                         columns=(("nlpd", "held-out NLPD"), ("error", "held-out error")),
+                         name="sequential", x_scale="symlog"),)
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         length, steps = int(s["stream_length"]), sorted({int(t) for t in s["eval_steps"]})
@@ -212,30 +217,3 @@ class Sequential(Task):
 
     def done_line(self, r: Mapping[str, Any]) -> str:
         return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
-
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import legend_outside, method_styles, pyplot, save, slug
-
-        plt = pyplot()
-        styles = method_styles(report.methods)
-        written = []
-        for s in [s for s in report.settings if s[0] == self.name]:
-            fig, axes = plt.subplots(2, 2, figsize=(8, 6.3), layout="constrained")
-            for m in report.methods:
-                entry = report.entries.get((m, s))
-                if entry is None or not entry.results:
-                    continue
-                curve = entry.summary()["curve"]
-                for row, x_key in zip(axes, ("step", "update_seconds")):
-                    if x_key not in curve[0]:
-                        continue
-                    for ax, key in zip(row, ("nlpd", "error")):
-                        ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
-                                **styles[m])
-            for row, x_label in zip(axes, ("examples seen", "wall time of the updates (s)")):
-                for ax, key in zip(row, ("held-out NLPD", "held-out error")):
-                    ax.set(xlabel=x_label, ylabel=key, xscale="symlog")
-            legend_outside(fig, axes[0, 0])
-            fig.suptitle(f"sequential: {report.label(s)}")
-            written.append(save(fig, out / f"sequential-{slug(report.label(s))}.png"))
-        return written

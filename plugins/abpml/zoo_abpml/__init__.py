@@ -34,9 +34,9 @@ from torch import Tensor, nn
 import zoo
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
-from zoo.errors import check_finite
 from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, learn2learn_algorithms
 from zoo.hparams import HParam
+from zoo.jitter import check_finite
 from zoo_abpml.prototypes import AGGREGATIONS, aggregate, log_density, task_prior_kl
 
 if TYPE_CHECKING:

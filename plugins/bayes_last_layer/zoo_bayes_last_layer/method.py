@@ -33,12 +33,12 @@ from torch import Tensor, nn
 
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
-from zoo.errors import check_finite
 from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals, weight_samples
 from zoo.families.pretrained import ClassTable
 from zoo.gaussians import DiagonalGaussian, Gaussian, kl_divergence
 from zoo.gp import DTYPE
 from zoo.hparams import HParam
+from zoo.jitter import check_finite
 from zoo.method import episode_generator
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 

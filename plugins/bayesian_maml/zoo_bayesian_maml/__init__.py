@@ -58,9 +58,9 @@ from torch.func import functional_call
 import zoo
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
-from zoo.errors import check_finite
 from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
 from zoo.hparams import HParam
+from zoo.jitter import check_finite
 from zoo.method import draw_seed, manual_seed
 
 

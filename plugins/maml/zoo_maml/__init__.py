@@ -27,13 +27,13 @@ from torch import Tensor, nn
 import zoo
 from zoo import Episode, Prediction
 from zoo.backbones import Backbone
-from zoo.errors import check_finite
 from zoo.families.inner_loop import (
     DIVERGED,
     InnerLoopMethod,
     learn2learn_algorithms,
     published_with_steps,
 )
+from zoo.jitter import check_finite
 
 if TYPE_CHECKING:
     import learn2learn as l2l

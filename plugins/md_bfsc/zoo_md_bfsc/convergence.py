@@ -47,7 +47,7 @@ from zoo import EpisodeSampler, build_method
 from zoo.errors import NumericalError
 from zoo.io import atomic_write_json
 from zoo.metrics import mean_ci, paired_difference
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 from zoo.spec import parse_spec
 from zoo_md_bfsc.method import MDBFSC
 
@@ -118,7 +118,7 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
         sampler = EpisodeSampler(ds, cfg["split"], cfg["way"], shot, cfg["query"], seed=cfg["seed"])
         episodes = [sampler[i].to(device) for i in range(cfg["episodes"])]
         for variant, (name, extra) in VARIANTS.items():
-            method = build_method(name, **build, **extra).to(device).eval()
+            method = build_method(name, **build, **extra, registry=registry()).to(device).eval()
             steps = cfg["inner_iterations"]
             result["inner"][variant][key] = _inner_curve(method, episodes, cfg["common_rho"], steps)
             grid = cfg[f"{variant}_rhos"]
@@ -178,7 +178,7 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
     inner = {} if cfg["outer_inner"] == "defaults" else {
         "steps_train": cfg["outer_inner_steps"], "rho_train": float(cfg["outer_rho"][str(shot)])}
     method = build_method(VARIANTS[variant][0], **build, loss="predictive", lr=cfg["lr"],
-                          **inner).to(device).train()
+                          **inner, registry=registry()).to(device).train()
     optimizer = torch.optim.Adam(method.param_groups())
     sampler = EpisodeSampler(ds, "train", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
     val_sampler = EpisodeSampler(ds, "val", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
