@@ -105,7 +105,8 @@ def tasks_cmd(args: argparse.Namespace) -> int:
 
 @command("suites", _datasets_args)
 def suites_cmd(args: argparse.Namespace) -> int:
-    """List benchmark suites (built-in and from plugins)."""
+    """List benchmark suites (built-in and from plugins) with their task kind; a suite that runs
+    an experiment of its own instead of cells shows its entry function."""
     from zoo.plugins import registry
     from zoo.runner.suite import load_suite, suite_names
 
@@ -113,8 +114,10 @@ def suites_cmd(args: argparse.Namespace) -> int:
     rows = []
     for name in suite_names(reg):
         suite = load_suite(name, reg)
+        entry = suite.settings["entry"]  # runs a whole experiment, of no task kind: named so
         rows.append({"name": name, "plugin": reg.owner("suites", name),
-                     "task": suite.settings["task"], "source": suite.source,
+                     "task": f"entry {entry}" if entry else suite.settings["task"],
+                     "source": suite.source,
                      "description": suite.settings["description"]})
     return print_rows(rows, args.json)
 

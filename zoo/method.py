@@ -1,9 +1,12 @@
 """The interface every method implements, and how the host builds one from names.
 
-A method is an ``nn.Module`` with two entry points the runner calls: :meth:`Method.meta_loss`
-(one meta-training step's loss on an episode) and :meth:`Method.predict` (class probabilities for
-the queries, from the support only). Everything else about a method is declared as class
-attributes, so the runner, the CLI and the conformance suite can read it without building one.
+:class:`BaseMethod` is the base of the methods of every task kind: hyper-parameters (``lr``
+among them), parameter groups, counters, the kernel and backbone it is built with. A few-shot
+classification method derives from :class:`Method`, an ``nn.Module`` with two entry points the
+runner calls: :meth:`Method.meta_loss` (one meta-training step's loss on an episode) and
+:meth:`Method.predict` (class probabilities for the queries, from the support only). Everything
+else about a method is declared as class attributes, so the runner, the CLI and the conformance
+suite can read it without building one.
 """
 
 from __future__ import annotations
@@ -29,30 +32,68 @@ if TYPE_CHECKING:
     from zoo.plugins import Registry
 
 
-class Method(Configurable, nn.Module):
-    """Base class of every few-shot method in the zoo.
+class BaseMethod(Configurable, nn.Module):
+    """The base of every method of every task kind: what the runner, the CLI and the
+    conformance suite read off a method class, and build one with.
+
+    Each kind has its own base on this one, saying how a method is built and asked for a
+    prediction: :class:`Method` (classification), and :class:`~zoo.tasks.methods.RegressionMethod`,
+    :class:`~zoo.tasks.methods.StreamMethod`, :class:`~zoo.tasks.methods.IntegrationMethod`.
 
     Class attributes:
         name: the registered name (lowercase, hyphens).
-        task: the task kind it solves (``zoo tasks``); other kinds derive from their own base,
-            :class:`zoo.tasks.methods.TaskMethod`.
+        task: the task kind it solves (``zoo tasks``).
         hyperparameters: name -> :class:`~zoo.hparams.HParam` (default, type, choices, range,
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
-        uses_kernel / default_kernel / default_backbone: what :func:`build_method` constructs.
-        any_way: a model built for one way scores episodes of any other (it has no way-sized
-            parameters), so way-transfer suites (``train_way``) run it; see
-            :meth:`scores_any_way`. :func:`zoo.testing.check_method` holds a method to it.
+        uses_kernel / default_kernel / default_backbone: what is built with the method (by
+            :func:`build_method` for classification).
     """
 
     name: ClassVar[str]
-    task: ClassVar[str] = "classification"
+    task: ClassVar[str]
     hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
         "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the meta-parameters"),
     }
     uses_kernel: ClassVar[bool] = False
     default_kernel: ClassVar[str | None] = None
-    default_backbone: ClassVar[str] = "conv4s"
+    default_backbone: ClassVar[str | None] = None
+
+    def __init__(self, **hparams: Any):
+        super().__init__()
+        self.hparams = resolve_hparams(type(self), hparams)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Optimizer parameter groups; override to give the kernel its own learning rate."""
+        return [{"params": [p for p in self.parameters() if p.requires_grad],
+                 "lr": self.hparams["lr"]}]
+
+    def counters(self) -> dict[str, int]:
+        """Numerical events to report with results (the latent-Gaussian family: how often jitter
+        was needed)."""
+        return {}
+
+    @classmethod
+    def from_cell(cls, cell: Any, dataset: Any, registry: Registry) -> BaseMethod:
+        """An untrained method for ``cell`` (a :class:`zoo.runner.Cell`) on ``dataset``, built
+        with what the cell's task kind reads off the data (:meth:`zoo.tasks.Task.data_shape`),
+        its parameters drawn from the cell's seed (the global RNG stream is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            manual_seed(cell.seed)
+            return cls(**cell.task.data_shape(dataset), **cell.hparams)
+
+
+class Method(BaseMethod):
+    """The base of every few-shot classification method.
+
+    Class attributes (besides :class:`BaseMethod`'s):
+        any_way: a model built for one way scores episodes of any other (it has no way-sized
+            parameters), so way-transfer suites (``train_way``) run it; see
+            :meth:`scores_any_way`. :func:`zoo.testing.check_method` holds a method to it.
+    """
+
+    task: ClassVar[str] = "classification"
+    default_backbone: ClassVar[str | None] = "conv4s"
     any_way: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None,
@@ -60,9 +101,8 @@ class Method(Configurable, nn.Module):
         """``registry``: the one the method is built from (:func:`build_method` passes it), where
         a family looks up the components its hyper-parameters name (an estimator); the base
         uses none."""
-        super().__init__()
+        super().__init__(**hparams)
         self.backbone, self.kernel, self.way = backbone, kernel, way
-        self.hparams = resolve_hparams(type(self), hparams)
 
     @abstractmethod
     def meta_loss(self, episode: Episode) -> Tensor:
@@ -78,23 +118,13 @@ class Method(Configurable, nn.Module):
         another: :attr:`any_way` unless a hyper-parameter gives it way-sized parameters."""
         return cls.any_way
 
-    def param_groups(self) -> list[dict[str, Any]]:
-        """Optimizer parameter groups; override to give the kernel its own learning rate."""
-        return [{"params": [p for p in self.parameters() if p.requires_grad],
-                 "lr": self.hparams["lr"]}]
-
-    def counters(self) -> dict[str, int]:
-        """Numerical events to report with results (the latent-Gaussian family: how often jitter
-        was needed)."""
-        return {}
-
     def features(self, x: Tensor) -> Tensor:
         return self.backbone(x)
 
     @classmethod
     def from_cell(cls, cell: Any, dataset: Any, registry: Registry) -> Method:
-        """An untrained method for ``cell`` (a :class:`zoo.runner.Cell`) on ``dataset``, with the
-        cell's backbone and kernel specs, its parameters drawn from the cell's seed."""
+        """An untrained method for ``cell`` on ``dataset`` (:func:`build_method` with the cell's
+        backbone and kernel specs), its parameters drawn from the cell's seed."""
         kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
         backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
                                       else (None, {}))  # e.g. "conv4s[width=128]"

@@ -383,6 +383,14 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     assert isinstance(summary, dict) and summary, f"{kind}: summarise gave {summary!r}"
     value = task.selection_value([record])
     assert math.isfinite(value), f"{kind}: selection value {value} of a valid record is not finite"
+    from zoo.tasks import TaskView
+    from zoo.tasks.figures import CurveGrid, MetricLines, ParameterLines, Reliability
+
+    assert isinstance(task.view, TaskView), f"{kind}: view is not a zoo.tasks.TaskView"
+    assert isinstance(task.view.cell_text(summary), str), f"{kind}: cell_text must give text"
+    figures = (CurveGrid, MetricLines, ParameterLines, Reliability)
+    assert all(isinstance(f, figures) for f in task.view.figures), \
+        f"{kind}: view.figures must hold figures of zoo.tasks.figures (the runner draws those)"
 
 
 # -- GP algebra routes -----------------------------------------------------------------------------

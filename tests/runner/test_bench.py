@@ -270,8 +270,8 @@ def test_table_cell_gives_raw_and_calibrated_ece():
     from zoo.tasks.classification import Classification
 
     row = {"accuracy": 0.8, "ci95": 0.02, "ece": 0.5, "ece_calibrated": 0.03, "status": "done"}
-    assert Classification().cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
-    assert Classification().cell_text(row, error=True) == "20.0 ± 2.0% err"
+    assert Classification().view.cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
+    assert Classification().view.cell_text(row, error=True) == "20.0 ± 2.0% err"
 
 
 def test_evaluate_set_changes_a_test_time_hparam_and_records_it(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -123,3 +124,12 @@ def test_train_shot_trains_one_model_for_every_test_shot():
     assert sorted({c.shape["shot"] for c in shared}) == [1, 5]
     assert {c.shape["train_shot"] for c in shared} == {1}
     assert "(trained 1-shot)" in [c for c in shared if c.shape["shot"] == 5][0].label
+
+
+def test_suites_listing_names_an_entry_suite_for_what_it_is(capsys):
+    from zoo.cli import main
+
+    assert main(["suites", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["np-bo"]["task"] == "entry zoo.bayesopt:run"
+    assert rows["quick"]["task"] == "classification"

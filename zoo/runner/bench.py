@@ -189,7 +189,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                     results.add_result(o.result)
                     outcome.finished.append(o)
                     task = registry.get("tasks", o.result.get("task", "classification"))
-                    line = f"done   {o.label}: {task.done_line(o.result)}"
+                    line = f"done   {o.label}: {task.view.done_line(o.result)}"
                 else:
                     outcome.failed.append(o)
                     line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"

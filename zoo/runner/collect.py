@@ -129,7 +129,7 @@ class Report:
                     common = sorted(set(ea) & set(eb))
                     if len(common) < 2:
                         continue
-                    key = task.paired_key
+                    key = task.view.paired_key
                     seeds = sorted({k[0] for k in common})
                     if len(seeds) > 1:
                         diff, ci = seed_paired_difference(

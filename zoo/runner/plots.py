@@ -72,7 +72,7 @@ def draw_all(report: Report, out: Path) -> list[Path]:
     """Every figure of ``report`` into ``out``: each kind's, then the training curves."""
     written = []
     for kind in report.kinds():
-        for figure in report.tasks[kind].figures:
+        for figure in report.tasks[kind].view.figures:
             written += draw(report, kind, figure, out)
     written += training_curves(report, out)
     return written

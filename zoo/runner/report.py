@@ -33,12 +33,13 @@ def _cell_text(report: Report, method: str, s: Any, latex: bool = False) -> str:
     row = entry.summary()
     if row["status"] in ("failed", "missing"):
         return "FAILED" if row["status"] == "failed" else "-"
-    text = entry.task.cell_text(row, s in report.error_settings, latex)
+    view = entry.task.view
+    text = view.cell_text(row, s in report.error_settings, latex)
     if row["seeds"] > 1:
-        scale = 100 if entry.task.paired_percent else 1
+        scale = 100 if view.paired_percent else 1
         pm = r"$\pm$" if latex else "±"
-        text += (f" [{row['seeds']} seeds: {scale * row['seed_mean']:.{entry.task.digits}f} {pm} "
-                 f"{scale * row['seed_ci95']:.{entry.task.digits}f}]")
+        text += (f" [{row['seeds']} seeds: {scale * row['seed_mean']:.{view.digits}f} {pm} "
+                 f"{scale * row['seed_ci95']:.{view.digits}f}]")
     if row.get("skipped_steps"):
         text += f" [{row['skipped_steps']} steps skipped]"
     return text + (" (some seeds FAILED)" if row["status"] == "partly failed" else "")
@@ -66,7 +67,7 @@ def markdown(report: Report) -> str:
         lines = [f"### {kind}\n"] if len(kinds) > 1 else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
-        parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].table_note + "\n")
+        parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].view.table_note + "\n")
     return "\n".join(parts)
 
 
@@ -99,13 +100,13 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
 def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
     out = []
     for kind in report.kinds():
-        task = report.tasks[kind]
-        unit = " (%)" if task.paired_percent else ""
-        scale = 100 if task.paired_percent else 1
-        lines = [f"| setting | a | b | {task.paired_key} a - b{unit} | 95% CI | episodes | seeds |",
+        view = report.tasks[kind].view
+        unit = " (%)" if view.paired_percent else ""
+        scale = 100 if view.paired_percent else 1
+        lines = [f"| setting | a | b | {view.paired_key} a - b{unit} | 95% CI | episodes | seeds |",
                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {p['setting']} | {p['a']} | {p['b']} | {scale * p['difference']:+.{task.digits}f} | "
-                  f"{scale * p['ci95']:.{task.digits}f}{' *' if p['significant'] else ''} | "
+        lines += [f"| {p['setting']} | {p['a']} | {p['b']} | {scale * p['difference']:+.{view.digits}f} | "
+                  f"{scale * p['ci95']:.{view.digits}f}{' *' if p['significant'] else ''} | "
                   f"{p['episodes']} | {p['seeds']} |" for p in pairs if p["task"] == kind]
         out.append("\n".join(lines) + "\n")
     return ("\n".join(out) + "\n* the CI excludes zero. With two or more seeds the difference is "

@@ -8,7 +8,7 @@ the built-in ones are :data:`BUILTIN`. The kinds' modules import no torch (readi
 none); the bases of their methods are in :mod:`~zoo.tasks.methods`.
 """
 
-from zoo.tasks.base import PredictionError, Task
+from zoo.tasks.base import PredictionError, Task, TaskView
 from zoo.tasks.classification import Classification
 from zoo.tasks.integration import Integration
 from zoo.tasks.regression import Regression
@@ -17,4 +17,4 @@ from zoo.tasks.sequential import Sequential
 BUILTIN: dict[str, type[Task]] = {k.name: k for k in (Classification, Regression, Sequential,
                                                       Integration)}
 
-__all__ = ["BUILTIN", "PredictionError", "Task"]
+__all__ = ["BUILTIN", "PredictionError", "Task", "TaskView"]

@@ -29,6 +29,7 @@ from zoo.tasks.base import (
     PredictionError,
     Shape,
     Task,
+    TaskView,
     episode_means,
     numbers,
     pooled,
@@ -55,10 +56,39 @@ class Prediction:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+class ClassificationView(TaskView):
+    """How classification results are shown."""
+
+    paired_key = "accuracy"
+    paired_percent = True
+    digits = 1
+    table_note = ("Accuracy in % +- 95% CI over test episodes (seeds pooled; an episode several "
+                  "seeds were scored on counts once); in parentheses ECE of "
+                  "the method's own probabilities / after the temperature fitted on validation "
+                  "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
+    figures = (Reliability(),)
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
+        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
+        text = f"{value:.1f}{ci}"
+        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
+        return text + (ece if not error else f"{pct} err")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
+                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
+                f"train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+
 class Classification(Task):
     """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
 
     name = "classification"
+    view = ClassificationView()
     method_base = "zoo.method:Method"
     data_base = "zoo.data.base:FewShotDataset"
     data_what = "a few-shot classification data set"
@@ -70,14 +100,6 @@ class Classification(Task):
     selection_key = "val_accuracy"
     headline = "accuracy"
     score_batch = 32  # ~15 tensor calls per group instead of per episode
-    paired_key = "accuracy"
-    paired_percent = True
-    digits = 1
-    table_note = ("Accuracy in % +- 95% CI over test episodes (seeds pooled; an episode several "
-                  "seeds were scored on counts once); in parentheses ECE of "
-                  "the method's own probabilities / after the temperature fitted on validation "
-                  "episodes. 'err' settings give the error in %. Fractions, MCE and NLL: table.csv.")
-    figures = (Reliability(),)
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.
@@ -240,21 +262,6 @@ class Classification(Task):
 
     def calibrate(self, payload: Mapping[str, Any]) -> float:
         return fit_temperature(payload["val_logp"], payload["val_y"], what=payload.get("what", ""))
-
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        pm = r"$\pm$" if latex else "±"
-        pct = r"\%" if latex else "%"
-        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
-        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
-        text = f"{value:.1f}{ci}"
-        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
-        return text + (ece if not error else f"{pct} err")
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
-                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
-                f"train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
 
 def train_way(shape: Shape) -> int:
     """The way a cell's model is built and trained for: ``train_way`` if set, else the test way."""

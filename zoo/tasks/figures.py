@@ -1,7 +1,7 @@
 """The figures a task kind asks for, as data: what to plot against what; the runner draws them
 (:mod:`zoo.runner.plots`), as benchopt's plots return traces that its framework draws.
 
-A kind lists them in :attr:`zoo.tasks.Task.figures`. Every kind also gets the runner's own
+A kind lists them in :attr:`zoo.tasks.TaskView.figures`. Every kind also gets the runner's own
 figures (training curves and inner-loop convergence per setting).
 """
 

@@ -1,6 +1,6 @@
-"""The base classes of the methods of the task kinds other than classification (whose methods
-derive from :class:`zoo.Method`): :class:`TaskMethod`, and per kind :class:`RegressionMethod`,
-:class:`StreamMethod` and :class:`IntegrationMethod`.
+"""The bases of the methods of the task kinds other than classification, one per kind on the
+base of every method, :class:`zoo.method.BaseMethod` (classification's is :class:`zoo.Method`):
+:class:`RegressionMethod`, :class:`StreamMethod` and :class:`IntegrationMethod`.
 
 They live apart from their kinds' modules (:mod:`zoo.tasks.regression`, ...), which say what an
 episode is and how a prediction is scored and summarised, so that reading results (``zoo
@@ -10,60 +10,19 @@ report``) needs no torch.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from zoo.errors import ZooError
-from zoo.hparams import Configurable, HParam, resolve_hparams
-from zoo.method import manual_seed
+from zoo.method import BaseMethod
 from zoo.tasks.integration import Estimate, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo.tasks.sequential import Stream
 
-if TYPE_CHECKING:
-    from zoo.plugins import Registry
 
-
-class TaskMethod(Configurable, nn.Module):
-    """Base of a method of a non-classification task kind.
-
-    Class attributes: ``name`` (registered name), ``task`` (the kind it solves),
-    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these).
-    """
-
-    task: ClassVar[str]
-    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
-        "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the method's parameters"),
-    }
-    uses_kernel: ClassVar[bool] = False
-    default_kernel: ClassVar[str | None] = None
-    default_backbone: ClassVar[str | None] = None
-
-    def __init__(self, **hparams: Any):
-        super().__init__()
-        self.hparams = resolve_hparams(type(self), hparams)
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        return [{"params": [p for p in self.parameters() if p.requires_grad],
-                 "lr": self.hparams["lr"]}]
-
-    def counters(self) -> dict[str, int]:
-        return {}
-
-    @classmethod
-    def from_cell(cls, cell: Any, dataset: Any, registry: Registry) -> TaskMethod:
-        """An untrained method for ``cell`` (a :class:`zoo.runner.Cell`) on ``dataset``, built
-        with what the cell's task kind reads off the data (:meth:`zoo.tasks.Task.data_shape`),
-        its parameters drawn from the cell's seed (the global RNG stream is left as it was)."""
-        with torch.random.fork_rng(devices=[]):
-            manual_seed(cell.seed)
-            return cls(**cell.task.data_shape(dataset), **cell.hparams)
-
-
-class RegressionMethod(TaskMethod):
+class RegressionMethod(BaseMethod):
     """Base of a regression method, built as ``cls(x_dim=..., y_dim=..., **hparams)``."""
 
     task = "regression"
@@ -95,7 +54,7 @@ class RegressionMethod(TaskMethod):
         return None
 
 
-class StreamMethod(TaskMethod):
+class StreamMethod(BaseMethod):
     """Base of a sequential method, built as ``cls(dim=..., classes=..., **hparams)``; a state is
     whatever the method likes (tensors, a tuple), passed back to it."""
 
@@ -123,7 +82,7 @@ class StreamMethod(TaskMethod):
         """Class probabilities ``[n, classes]`` for ``x [n, dim]``."""
 
 
-class IntegrationMethod(TaskMethod):
+class IntegrationMethod(BaseMethod):
     """Base of an integration method, built as ``cls(dim=..., **hparams)``. A method whose fit
     batches over tasks sets ``batched`` and implements :meth:`estimate_batch`; the runner then
     estimates a cell's test problems together before asking for them one by one."""

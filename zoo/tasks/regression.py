@@ -41,7 +41,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskView
 from zoo.tasks.figures import MetricLines
 
 if TYPE_CHECKING:
@@ -133,10 +133,43 @@ def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: i
                                                "task": index % pool, "order": order.tolist()})
 
 
+class RegressionView(TaskView):
+    """How regression results are shown."""
+
+    paired_key = "lmlhd"
+    digits = 2
+    table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
+                  "(LMLHD, log-mean-exp over the method's latent samples) [5%, 95% percentiles]; "
+                  "with several seeds: median over seeds of each seed's median [5%, 95% over "
+                  "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
+                  "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
+                  "point, CRPS and 50%/90% coverage: table.csv.")
+    figures = (MetricLines("context", (("lmlhd_median", "LMLHD (median over tasks)"),
+                                       ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
+                                       ("coverage90", "90% interval coverage")), "regression"),)
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        """Median LMLHD [5%, 95%] over tasks (over seeds' medians when several seeds are pooled),
+        median MSE, and the median ELBO looseness where measured."""
+        over = "lmlhd_seeds" if row.get("seeds_pooled", 1) > 1 else "lmlhd"
+        text = (f"{row[f'{over}_median']:.1f} [{row[f'{over}_p05']:.1f}, "
+                f"{row[f'{over}_p95']:.1f}], MSE {row['mse_median']:.3g}")
+        if "looseness_median" in row:
+            text += f", loose {row['looseness_median']:.2g}"
+        return text
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "
+                f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
+                f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+
 class Regression(Task):
     """Meta-regression: context/target sets of functions from a family; LMLHD, MSE, CRPS."""
 
     name = "regression"
+    view = RegressionView()
     method_base = "zoo.tasks.methods:RegressionMethod"
     data_base = "zoo.data.functions:FunctionFamily"
     data_what = "a function family"
@@ -149,17 +182,6 @@ class Regression(Task):
     column_keys = ("targets", "context")
     selection_key = "val_lmlhd"
     headline = "lmlhd"
-    paired_key = "lmlhd"
-    digits = 2
-    table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
-                  "(LMLHD, log-mean-exp over the method's latent samples) [5%, 95% percentiles]; "
-                  "with several seeds: median over seeds of each seed's median [5%, 95% over "
-                  "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
-                  "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
-                  "point, CRPS and 50%/90% coverage: table.csv.")
-    figures = (MetricLines("context", (("lmlhd_median", "LMLHD (median over tasks)"),
-                                       ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
-                                       ("coverage90", "90% interval coverage")), "regression"),)
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         sizes, targets = list(s["context_sizes"]), int(s["targets"])
@@ -287,19 +309,3 @@ class Regression(Task):
 
     def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
         return float(np.mean([r["lmlhd"] for r in records]))
-
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        """Median LMLHD [5%, 95%] over tasks (over seeds' medians when several seeds are pooled),
-        median MSE, and the median ELBO looseness where measured."""
-        over = "lmlhd_seeds" if row.get("seeds_pooled", 1) > 1 else "lmlhd"
-        text = (f"{row[f'{over}_median']:.1f} [{row[f'{over}_p05']:.1f}, "
-                f"{row[f'{over}_p95']:.1f}], MSE {row['mse_median']:.3g}")
-        if "looseness_median" in row:
-            text += f", loose {row['looseness_median']:.2g}"
-        return text
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "
-                f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
-                f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")

@@ -23,7 +23,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
-from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, probabilities_problem
+from zoo.tasks.base import GetEpisode, PredictionError, Shape, Task, TaskView, probabilities_problem
 from zoo.tasks.figures import CurveGrid
 
 if TYPE_CHECKING:
@@ -65,10 +65,32 @@ def stream_seed(seed: int, dataset: str, split: str, length: int, index: int) ->
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
 
 
+class SequentialView(TaskView):
+    """How sequential results are shown."""
+
+    paired_key = "final_nlpd"
+    table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
+                  "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
+    figures = (CurveGrid(rows=(("step", "examples seen"),
+                               ("update_seconds", "wall time of the updates (s)")),
+                         columns=(("nlpd", "held-out NLPD"), ("error", "held-out error")),
+                         name="sequential", x_scale="symlog"),)
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, error "
+                f"{100 * row['final_error']:.1f}{pct}, {row['update_ms']:.2f} ms/update")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
+
+
 class Sequential(Task):
     """Online classification on a stream seen once: NLPD, error and ECE along the stream."""
 
     name = "sequential"
+    view = SequentialView()
     method_base = "zoo.tasks.methods:StreamMethod"
     data_base = "zoo.data.streams:StreamData"
     data_what = "a stream data set"
@@ -81,13 +103,6 @@ class Sequential(Task):
     column_keys = ("stream_length",)
     selection_key = "val_neg_nlpd"
     headline = "final_nlpd"
-    paired_key = "final_nlpd"
-    table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
-                  "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
-    figures = (CurveGrid(rows=(("step", "examples seen"),
-                               ("update_seconds", "wall time of the updates (s)")),
-                         columns=(("nlpd", "held-out NLPD"), ("error", "held-out error")),
-                         name="sequential", x_scale="symlog"),)
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         length, steps = int(s["stream_length"]), sorted({int(t) for t in s["eval_steps"]})
@@ -208,12 +223,3 @@ class Sequential(Task):
 
     def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
         return -float(np.mean([r["final_nlpd"] for r in records]))
-
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        pm = r"$\pm$" if latex else "±"
-        pct = r"\%" if latex else "%"
-        return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, error "
-                f"{100 * row['final_error']:.1f}{pct}, {row['update_ms']:.2f} ms/update")
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
