@@ -61,7 +61,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
     if tqdm.monitor is not None:  # the bars' idle thread: a report of many cells forks only
         tqdm.monitor.exit()      # without other threads (zoo.runner.storage)
         tqdm.monitor = None
-    report = write_report(out)
+    report = write_report(out, kinds=task_kind)
     print(markdown(report))
     print(f"results: {out}/results.jsonl, report: {out}/report/")
     if outcome.failed:

@@ -105,7 +105,7 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
     name, options = parse_spec(cfg["dataset"])
     ds = load_dataset(name, data_dir=data_dir, **options)
     build = {"way": cfg["way"], "in_channels": ds.in_channels, "image_size": ds.image_size,
-             "seed": cfg["seed"]}
+             "seed": cfg["seed"], "registry": registry()}  # an entry: the process's plugins
     result: dict[str, Any] = {"inner": {v: {} for v in VARIANTS}, "inner_best": {v: {} for v in VARIANTS},
                               "inner_rho": dict.fromkeys(VARIANTS, cfg["common_rho"]),
                               "outer": {"md": {}, "gd": {}}, "outer_val": {"md": {}, "gd": {}},
@@ -118,7 +118,7 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
         sampler = EpisodeSampler(ds, cfg["split"], cfg["way"], shot, cfg["query"], seed=cfg["seed"])
         episodes = [sampler[i].to(device) for i in range(cfg["episodes"])]
         for variant, (name, extra) in VARIANTS.items():
-            method = build_method(name, **build, **extra, registry=registry()).to(device).eval()
+            method = build_method(name, **build, **extra).to(device).eval()
             steps = cfg["inner_iterations"]
             result["inner"][variant][key] = _inner_curve(method, episodes, cfg["common_rho"], steps)
             grid = cfg[f"{variant}_rhos"]
@@ -178,7 +178,7 @@ def _outer_curve(variant: str, ds, shot: int, cfg: Mapping[str, Any], build: dic
     inner = {} if cfg["outer_inner"] == "defaults" else {
         "steps_train": cfg["outer_inner_steps"], "rho_train": float(cfg["outer_rho"][str(shot)])}
     method = build_method(VARIANTS[variant][0], **build, loss="predictive", lr=cfg["lr"],
-                          **inner, registry=registry()).to(device).train()
+                          **inner).to(device).train()
     optimizer = torch.optim.Adam(method.param_groups())
     sampler = EpisodeSampler(ds, "train", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
     val_sampler = EpisodeSampler(ds, "val", cfg["way"], shot, cfg["query"], seed=cfg["seed"])
