@@ -172,6 +172,37 @@ def test_imports_flow_downward():
     assert not upward, "imports against the layers:\n" + "\n".join(upward)
 
 
+FETCH_THE_REGISTRY = {
+    "zoo.plugins": "where it is kept",
+    "zoo.cli": "the command line", "zoo.runner.cli": "the command line",
+    "zoo.runner.bench": "the bench entry (run_suite)",
+    "zoo.runner.executors": "the entry of a bench's worker process",
+    "zoo.bayesopt": "a suite's entry function, which runs a whole experiment",
+    "zoo.testing": "the conformance checks",
+}
+
+
+def fetches_the_registry(path: Path) -> bool:
+    """Whether a module takes ``zoo.plugins.registry`` (the process's registry)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "zoo.plugins" and \
+                any(a.name == "registry" for a in node.names):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "registry" and \
+                isinstance(node.value, ast.Name) and node.value.id == "plugins":
+            return True
+    return False
+
+
+def test_library_code_is_given_the_registry():
+    """The plugin registry is passed down; only the entry points fetch the process's."""
+    fetching = {m for m, p in modules().items() if fetches_the_registry(p)}
+    assert fetching <= set(FETCH_THE_REGISTRY), \
+        f"modules that fetch the process's registry instead of taking one: " \
+        f"{sorted(fetching - set(FETCH_THE_REGISTRY))}"
+    assert "zoo.runner.bench" in fetching
+
+
 def test_the_checks_see_what_they_check():
     """The graph finds a function-level import, skips a typing-only one, counts a package's
     ``__init__``, and a circle is found and named."""
