@@ -1,5 +1,5 @@
-"""``zoo report`` on a SYNTHETIC results folder of many cells (issue 16; goal: under 10 s at
-10,000 cells), for when running that many cells takes longer than a machine can give.
+"""``zoo report`` on a SYNTHETIC results folder of many cells (goal: under 10 s at 10,000
+cells), for when running that many cells takes longer than a machine can give.
 
 The folder is made from a real one (e.g. ``runner_many_cells.py --out DIR`` stopped after a few
 hundred cells): its finished cells and their trainings are cloned under new seeds (seed + k x

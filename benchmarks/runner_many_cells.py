@@ -1,5 +1,5 @@
 """The runner at scale: a suite of many small cells, runner overhead against the cells' own time,
-and the time ``zoo report`` takes on the folder, both printed by one run (issue 16; goals:
+and the time ``zoo report`` takes on the folder, both printed by one run (goals:
 overhead < 10% of the cells' time at 10,000 cells, ``zoo report`` < 10 s).
 
 The cells' method is synthetic and defined here only (registered in a private copy of the plugin

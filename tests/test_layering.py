@@ -7,9 +7,11 @@ counts as an import of ``zoo.a`` as well.
 
 The layers, from the bottom (a module belongs to the longest name below that is, or contains, it):
 
-    foundations          errors, spec, hparams, atomic io, seeds
-    mathematics          kernels, gram, gp, jitter and the finite-value checks, gaussians,
-                         variational, polyagamma, stein, expectations, control variates, metrics;
+    foundations          the package's own names (imported when first used), errors, spec,
+                         hparams, atomic io, seeds
+    mathematics          the algebra the families share (``zoo.inference``), kernels, gram, gp,
+                         jitter and the finite-value checks, gaussians, variational, polyagamma,
+                         stein, expectations, control variates, metrics;
                          also batching (episodes stacked for one vmapped call, whose deferred
                          checks the numerics use) and backbones (the networks methods build on)
     data and episodes    data sets, samplers
@@ -32,8 +34,9 @@ import zoo
 ROOT = Path(zoo.__file__).parent
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("zoo", "zoo.errors", "zoo.spec", "zoo.hparams", "zoo.io", "zoo.seeds")),
-    ("mathematics", ("zoo.kernels", "zoo.gram", "zoo.gp", "zoo.jitter", "zoo.gaussians",
+    ("foundations", ("zoo", "zoo._lazy", "zoo.errors", "zoo.spec", "zoo.hparams", "zoo.io",
+                     "zoo.seeds")),
+    ("mathematics", ("zoo.inference", "zoo.kernels", "zoo.gram", "zoo.gp", "zoo.jitter", "zoo.gaussians",
                      "zoo.variational", "zoo.polyagamma", "zoo.stein", "zoo.stein_kernels",
                      "zoo.expectations", "zoo.control_variates", "zoo.metrics", "zoo.batching",
                      "zoo.backbones")),
@@ -102,7 +105,8 @@ def layer(name: str) -> int:
     best, rank = "", -1
     for i, (_, members) in enumerate(LAYERS):
         for m in members:
-            if (name == m or name.startswith(m + ".")) and len(m) > len(best):
+            inside = name.startswith(m + ".") and m != "zoo"  # the package's own __init__ only
+            if (name == m or inside) and len(m) > len(best):
                 best, rank = m, i
     return rank
 
@@ -183,8 +187,12 @@ FETCH_THE_REGISTRY = {
 
 
 def fetches_the_registry(path: Path) -> bool:
-    """Whether a module takes ``zoo.plugins.registry`` (the process's registry)."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    """Whether a module takes ``zoo.plugins.registry`` (the process's registry) when it runs."""
+    tree = ast.parse(path.read_text())
+    skip = _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module == "zoo.plugins" and \
                 any(a.name == "registry" for a in node.names):
             return True

@@ -110,8 +110,8 @@ KERNEL_THIEF = """
 
 
 def test_a_name_collision_never_resolves_by_sort_order(tmp_path, monkeypatch):
-    """Issue 17: a plugin whose entry point sorts first ('aaa') took 'protonet' over, and the
-    genuine plugin was the one reported as broken."""
+    """A name claimed by two plugins goes to neither, whether the impostor's entry point sorts
+    first ('aaa') or last ('zzz'): both are refused, each with an error naming both."""
     (tmp_path / "zt_impostor.py").write_text(textwrap.dedent(IMPOSTOR))
     (tmp_path / "zt_kernel_thief.py").write_text(textwrap.dedent(KERNEL_THIEF))
     monkeypatch.syspath_prepend(str(tmp_path))

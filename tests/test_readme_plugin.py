@@ -1,6 +1,6 @@
 """The README's "Writing a plugin" guide works as written: its fenced files are built into a
 distribution, installed, conformance-checked and run through a tiny ``zoo bench``, so the guide
-cannot drift from the code (issue 17: the snippet once lacked a version and a build system)."""
+cannot drift from the code (a snippet without a version or a build system would not install)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ BatchNorm, ReLU, 2x2 max-pool): 1600-d on 84x84 images, 64-d on 28x28. ``resnet1
 On the CPU, a ConvNet evaluating without gradients (a test episode, a validation prediction) takes
 the batch a few images at a time, so that the largest feature maps held at once
 (``EVAL_CHUNK_BYTES``) stay in the last-level cache; the whole episode's maps at once are several
-times larger than the cache and make the pass slower (card ``gp-scale.md``, session 14). Each
+times larger than the cache and make the pass slower (card ``gp-scale.md``). Each
 image's features are the same either way (BatchNorm uses its running statistics in eval mode), up
 to float rounding where a pass holds a single image (the convolution then takes another kernel).
 In training mode, with gradients, or on a GPU, the batch is one pass.
@@ -19,6 +19,9 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+
+__all__ = ["BUILTIN", "MLP", "Backbone", "ConvNet", "MaxPool2x2", "ResNet", "conv4", "conv4s", "mlp",
+           "resnet10", "resnet18", "use_batch_statistics"]
 
 EVAL_CHUNK_BYTES = 16 * 2**20  # the best of the budgets measured for conv4 and conv4s (the card)
 
@@ -33,7 +36,7 @@ class MaxPool2x2(nn.MaxPool2d):
     """``nn.MaxPool2d(2)``. On the CPU without gradients recorded (``torch.no_grad``) it is taken
     as the larger of two strided halves of the rows, then of the columns: the same numbers (a
     maximum is exact, NaN propagates in both) without torch's pooling kernel, which is several
-    times slower on an NCHW tensor (card ``gp-scale.md``, session 14). With gradients enabled it
+    times slower on an NCHW tensor (card ``gp-scale.md``). With gradients enabled it
     is torch's, whose backward sends each window's gradient to its first maximum (not to every
     tied one); ``requires_grad`` is not asked, since under ``torch.func.vmap`` it reads False
     while gradients flow."""

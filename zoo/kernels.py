@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+__all__ = ["BUILTIN", "BNCosineKernel", "CosineKernel", "Kernel", "LinearKernel", "MaternKernel",
+           "PolynomialKernel", "RBFKernel"]
+
 
 def _inv_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))

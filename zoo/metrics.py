@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+__all__ = ["N_BINS", "ReliabilityBins", "apply_temperature", "brier", "calibrated_confidence",
+           "ece_mce", "fit_temperature", "mean_ci", "nll", "paired_difference", "query_brier",
+           "query_nll", "reliability_bins", "seed_mean_ci", "seed_paired_difference"]
+
 Z95 = 1.959963984540054
 N_BINS = 15
 

@@ -41,6 +41,13 @@ from zoo.episode import Episode, EpisodeSampler, episode_seed
 from zoo.io import json_line
 from zoo.kernels import Kernel
 from zoo.method import Method, build_method
+from zoo.plugins import registry
+from zoo.variational import GaussianLikelihood
+
+__all__ = ["GaussianLikelihood", "IdentityBackbone", "TanhBackbone", "build_for_tests",
+           "check_algebra_routes", "check_batched_meta_loss", "check_dataset", "check_kernel",
+           "check_method", "check_regression_method", "check_task", "exact_expected_log_softmax",
+           "line_episode", "registry", "softmax_marginals", "tiny_episode", "toy_episode"]
 
 SETTINGS = ((2, 1), (20, 5))
 
@@ -201,7 +208,6 @@ def _check_any_way(name: str, settings, **hparams: Any) -> None:
 def check_regression_method(name: str, **hparams: Any) -> None:
     """The regression-method conformance suite (see the module docstring), 1-d sinusoids, CPU."""
     from zoo.data.functions import load_sinusoid
-    from zoo.plugins import registry
     from zoo.tasks.regression import Regression, sample_task
 
     task = Regression()
@@ -239,7 +245,6 @@ def check_kernel(kernel: str | type[Kernel], feature_dim: int = 4, points: int =
     """The kernel conformance suite for a registered kernel (by name) or a kernel class, built
     with ``options``, in float64 on random features: shared and per-class
     (``batch_shape=(classes,)``, distinct hyper-parameters per class)."""
-    from zoo.plugins import registry
 
     cls = registry().get("kernels", kernel) if isinstance(kernel, str) else kernel
     name = kernel if isinstance(kernel, str) else cls.__name__
@@ -350,7 +355,7 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     """Conformance of task kind ``kind`` (a registered :class:`zoo.tasks.Task`) run with ``method``
     on ``dataset``, through the kind's own functions as the runner calls them; ``settings`` are
     suite settings (the kind's shape, e.g. ``context_sizes``)."""
-    from zoo.plugins import load_dataset, registry
+    from zoo.plugins import load_dataset
     from zoo.runner.cells import expand_cells
     from zoo.runner.suite import suite_from_dict
     from zoo.spec import parse_spec

@@ -1,5 +1,5 @@
 """Cost of an ABPML training step against second-order MAML at the same number of inner steps L,
-on the same episode (glyphs, conv4s), in one run; the goal (issue 15) is a ratio <= 1.3.
+on the same episode (glyphs, conv4s), in one run; the goal is a ratio <= 1.3.
 
 A step is ``meta_loss`` + backward + Adam step; both methods are second-order with the same
 ``inner_lr``. Steps are interleaved and timed in CPU time on one thread (the machine is shared),

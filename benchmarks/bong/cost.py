@@ -2,7 +2,7 @@
 
 1. On the paper's CNN (28 x 28 inputs, P = 57,722, C = 10): one BONG-LIN-HESS-DLR-10 update
    against one SGD step of the same network on the same example (forward, backward, parameter
-   update). The issue's goal is at most C + 2 = 12 times the SGD step: the Jacobian is C backward
+   update). The goal is at most C + 2 = 12 times the SGD step: the Jacobian is C backward
    passes, the rest (a Woodbury solve and the rank-L projection of a P x (L + C) factor) should
    cost about two more. The update is also split into its phases (Jacobian and score by one batched
    pullback; the mean by Woodbury with the unprojected precision; the projection back to rank L),

@@ -1,4 +1,4 @@
-"""Cost of GMM-NP's inference on this machine (issue 12, "Performance").
+"""Cost of GMM-NP's inference on this machine.
 
 1. One TRNG step (:func:`zoo_gmm_np.trng.step`: draws, Stein moments, eta search, update) on ``T``
    tasks against one forward+backward pass of the decoder's log-likelihood on the same number of

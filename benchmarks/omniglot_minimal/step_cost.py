@@ -7,7 +7,7 @@ episode (sampling, gathering, rotation, uint8 -> float) and ProtoNet's step (for
 Adam). CPU time of this process (``time.process_time``), so the numbers hold on a loaded machine;
 run it with one thread, as the runner's units do:
 
-    OMP_NUM_THREADS=1 python benchmarks/omniglot_minimal/step_cost.py --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python benchmarks/omniglot_minimal/step_cost.py --data-dir ~/data
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Seconds and peak memory per test episode and per training step of the GP methods at large way
-x shot, side by side with ProtoNet (issue 16).
+x shot, side by side with ProtoNet.
 
 For way in {5, 20, 50} x shot in {1, 5, 20} (15 queries per class in training and test, random
 28x28 images: the cost depends only on the sizes), every method on the same Conv4S backbone and
@@ -13,7 +13,7 @@ cores inflate in wall time only), on a GPU the synchronised wall time. The calls
 runner's malloc setting (:func:`zoo.runner.allocator.retain_freed_memory`, as every cell does;
 ``--malloc default`` leaves glibc's): with glibc's defaults a call's page faults depend on what
 the methods before it left in the heap, so a ratio moves with the order of the methods (card
-``gp-scale.md``, session 14). Peak memory is the growth of the process's peak resident set
+``gp-scale.md``). Peak memory is the growth of the process's peak resident set
 during the warm-up call on the CPU (``/proc/self/clear_refs`` resets it; inside
 :func:`~zoo.runner.allocator.returning_freed_memory`, so freed buffers go back to the kernel and
 the growth is the call's own) and ``max_memory_allocated`` on a GPU. GP methods use the cosine

@@ -1,5 +1,5 @@
 """Seconds per training step of a meta-batch of ``E`` episodes: the per-episode loop against one
-batched call (:mod:`zoo.batching`), side by side in one run (issue 16, GPU section).
+batched call (:mod:`zoo.batching`), side by side in one run, on the CPU or a GPU.
 
 A step is what the trainer does: zero the gradients, the meta-batch's mean loss and its backward,
 an Adam step. ``loop`` calls ``meta_loss`` once per episode (a backward each); ``batched`` makes

@@ -1,6 +1,6 @@
 """How much precision the GP algebra needs: the predictive of md-bfsc and dkt on the same episodes
 with the algebra (:mod:`zoo.gp`, kernel matrices, inner loops) in float64, float32, and float32
-with TF32 matrix products (on a GPU), against float64 (issue 16).
+with TF32 matrix products (on a GPU), against float64.
 
 The algebra's dtype is the module constant ``DTYPE`` that every GP module imports; this script
 rebinds it in every loaded module for the lower precisions (a measurement, not a setting the zoo

@@ -1,8 +1,9 @@
 """Fixtures for the data-set tests: a private cache, and Lake's minimal Omniglot decoded once.
 
-The project's tests read the real minimal Omniglot archives from ``../shared/data/omniglot`` when
-that directory exists; elsewhere they use small archives in the same layout, built here, whose
-digests replace the published ones for the session.
+The tests read the real minimal Omniglot archives from the zoo's data folder (``omniglot/`` under
+``$ZOO_DATA``, else the user's cache, as :func:`zoo.data.data_root` says) when they are there;
+elsewhere they use small archives in the same layout, built here, whose digests replace the
+published ones for the test session.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from zoo.data import omniglot_minimal
+from zoo.data import data_root, omniglot_minimal
 from zoo.data.download import Resource, file_digest
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+REAL = data_root()
 
 # alphabet -> characters, for the stand-in archives (enough for 20-way held-out splits)
 STAND_IN = {
@@ -76,10 +77,10 @@ def zoo_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def minimal_data_dir(tmp_path_factory) -> Iterator[Path]:
-    """A data directory holding Lake's minimal zips: the shared real ones, or stand-ins."""
-    if all((SHARED / "omniglot" / r.filename).exists()
+    """A data directory holding Lake's minimal zips: the real ones, or stand-ins."""
+    if all((REAL / "omniglot" / r.filename).exists()
            for r in omniglot_minimal.RESOURCES.values()):
-        yield SHARED
+        yield REAL
         return
     root = tmp_path_factory.mktemp("minimal-data")
     (root / "omniglot").mkdir()
@@ -95,7 +96,7 @@ def minimal_data_dir(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def minimal(minimal_data_dir, zoo_cache):
-    """``omniglot-minimal`` decoded once per session (small1 background)."""
+    """``omniglot-minimal`` decoded once per test session (small1 background)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ZOO_CACHE", str(zoo_cache))
         return omniglot_minimal.load_omniglot_minimal(minimal_data_dir, download=False)
@@ -103,5 +104,5 @@ def minimal(minimal_data_dir, zoo_cache):
 
 @pytest.fixture
 def real_minimal(minimal_data_dir) -> bool:
-    """Whether the session runs on the real archives (the published class counts apply)."""
-    return minimal_data_dir == SHARED
+    """Whether the tests run on the real archives (the published class counts apply)."""
+    return minimal_data_dir == REAL

@@ -1,6 +1,6 @@
-"""Issue 17: a truncated or bit-flipped derived cache (decoded data sets, rendered glyphs) was
-either a traceback without its path or used silently. A cache is verified against the digest
-stored beside it and rebuilt, with a warning that names it, when it does not match."""
+"""A truncated or bit-flipped derived cache (decoded data sets, rendered glyphs) is neither used
+silently nor a traceback without its path: a cache is verified against the digest stored beside
+it and rebuilt, with a warning that names it, when it does not match."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The digits are read from scikit-learn's file without importing scikit-learn (issue 16: the
-import took seconds of every suite that tests on them); the images are the same."""
+"""The digits are read from scikit-learn's file without importing scikit-learn (its import
+takes seconds, in every suite that tests on them); the images are the same."""
 
 from __future__ import annotations
 

@@ -208,8 +208,8 @@ def test_module_has_no_network_default(tmp_path):
 @pytest.mark.parametrize("url", ["http://127.0.0.1:1/file.bin", "{server}/missing.bin"])
 def test_a_failed_download_names_the_target_and_leaves_nothing_behind(server, tmp_path,
                                                                         monkeypatch, url):
-    """Issue 17: a missing --data-dir was created and left with a stray .lock after a failed
-    download, and the message did not say where the file should go."""
+    """A failed download leaves no --data-dir it created and no stray .lock behind, and its
+    message says where the file should go."""
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
     data_dir = tmp_path / "data" / "omniglot"
     r = Resource("file.bin", url.format(server=server), sha256=SHA256)

@@ -32,7 +32,7 @@ def test_minimal_protocol_trains_on_small1_and_holds_out_small2_only_alphabets(m
     assert _alphabets(minimal, "val") == {"Sanskrit"}
     assert _alphabets(minimal, "test") == {"Japanese_(katakana)", "Tagalog"}
     assert all(len(minimal.splits[s]) >= 20 for s in ("val", "test"))
-    if real_minimal:  # the counts of ../shared/data/README.md
+    if real_minimal:  # the published archives' class counts
         assert minimal.describe()["classes"] == {"train": 136, "val": 42, "test": 64}
         assert set(minimal.class_sizes.tolist()) == {20}
 

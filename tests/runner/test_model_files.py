@@ -1,5 +1,5 @@
-"""Issue 17: a model or checkpoint file is data, never code. A crafted ``model.pt`` whose pickle
-runs a command is refused before anything in it runs; a corrupt one is named."""
+"""A model or checkpoint file is data, never code. A crafted ``model.pt`` whose pickle runs a
+command is refused before anything in it runs; a corrupt one is named."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 17: the multi-method figures reused ten colours for sixteen methods and their legend
-covered the curves."""
+"""The multi-method figures give each method its own colour (sixteen methods, not ten colours
+reused) and keep their legend off the curves."""
 
 from __future__ import annotations
 

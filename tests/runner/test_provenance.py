@@ -1,5 +1,5 @@
-"""Issue 17: a result names the code that made it, and other code under the same name is
-another cell (so an impostor's result does not survive its removal)."""
+"""A result names the code that made it, and other code under the same name is another cell (so
+an impostor's result does not survive its removal)."""
 
 from __future__ import annotations
 

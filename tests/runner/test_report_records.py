@@ -1,4 +1,4 @@
-"""Issue 16, the runner at scale: ``zoo report`` parses each cell's episode records once (the
+"""The runner at scale: ``zoo report`` parses each cell's episode records once (the
 folder's validation and the tables share them) and its output is the same as when the tables read
 the records afresh; a corrupt record is still named by file and line."""
 

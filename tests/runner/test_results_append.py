@@ -1,4 +1,4 @@
-"""Issue 16 (the runner at scale): results.jsonl grows by appending one line per finished cell,
+"""The runner at scale: results.jsonl grows by appending one line per finished cell,
 read once per writer rather than once per cell. A ``done`` marker is written only after the
 files it declares complete were flushed to the disk (one flush per group of units, not an fsync
 per file); groups of units are sized from the units' measured time."""

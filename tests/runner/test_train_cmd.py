@@ -1,5 +1,5 @@
-"""Issue 17: ``zoo train --out DIR`` into a folder trained with another configuration reused the
-old model and printed the new configuration. It is refused, key by key; ``--force`` starts over."""
+"""``zoo train --out DIR`` into a folder trained with another configuration is refused, key by
+key, rather than reusing the old model under the new configuration; ``--force`` starts over."""
 
 from __future__ import annotations
 

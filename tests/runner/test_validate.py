@@ -1,4 +1,4 @@
-"""Issue 17: impossible settings are refused before any cell starts, with the setting named."""
+"""Impossible settings are refused before any cell starts, with the setting named."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 17: killing the parent of ``zoo bench --workers 2`` left its workers training for
-minutes. Workers now exit within about a second of their parent's death."""
+"""The workers of ``zoo bench --workers 2`` exit within about a second of their parent's death,
+rather than training on for minutes."""
 
 from __future__ import annotations
 

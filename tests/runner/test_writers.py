@@ -1,5 +1,5 @@
-"""Issue 17: two ``zoo bench`` processes writing one results folder lost lines of results.jsonl.
-The folder has one writer at a time; a second is refused and told who holds it. ``zoo report``
+"""Two ``zoo bench`` processes never write one results folder at once (they would lose lines of
+results.jsonl): the folder has one writer at a time; a second is refused and told who holds it. ``zoo report``
 on a folder whose results.jsonl is gone rebuilds the table from the cells."""
 
 from __future__ import annotations

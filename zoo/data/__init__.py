@@ -1,6 +1,7 @@
 """Few-shot data sets. Each is a factory ``(data_dir=None, download=True, **options)``; a data set
-is built by its registered name with :func:`zoo.plugins.load_dataset` (this package does not know
-the registry, so that it does not import the plugin host that registers it)."""
+is built by its registered name with :func:`zoo.load_dataset` (this package does not know the
+registry, so that it does not import the plugin host that registers it). Families of functions
+(regression) and streams (sequential tasks) load the same way."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from zoo.data.base import FewShotDataset, FileDataset, TensorDataset, cache_root
 from zoo.data.cub import load_cub
 from zoo.data.digits import load_digits
 from zoo.data.emnist import load_emnist
+from zoo.data.functions import FunctionFamily, load_affine_sinusoid, load_gp_rbf, load_sinusoid
 from zoo.data.glyphs import load_glyphs
 from zoo.data.miniimagenet import load_miniimagenet
 from zoo.data.omniglot import load_omniglot
 from zoo.data.omniglot_lake_runs import load_omniglot_lake_runs
 from zoo.data.omniglot_minimal import load_omniglot_minimal
+from zoo.data.streams import StreamData, load_digits_stream, load_mnist_stream
 
 DATASETS = {
     "glyphs": load_glyphs,
@@ -25,5 +28,6 @@ DATASETS = {
     "emnist": load_emnist,
 }
 
-__all__ = ["DATASETS", "FewShotDataset", "FileDataset", "TensorDataset", "cache_root",
-           "data_root"]
+__all__ = ["DATASETS", "FewShotDataset", "FileDataset", "FunctionFamily", "StreamData",
+           "TensorDataset", "cache_root", "data_root", "load_affine_sinusoid", "load_digits_stream",
+           "load_gp_rbf", "load_mnist_stream", "load_sinusoid"]

@@ -12,4 +12,16 @@ do not depend on each other.
 - :mod:`zoo.families.pretrained`: pre-training a backbone from episodes as a classifier over the
   training classes (the class table of Feature Transfer, Baseline++ and the Bayesian last layer's
   pre-trained variant).
+
+Plugins import the bases from here (the modules above are their homes).
 """
+
+from zoo.families.gp import GPMethod
+from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, learn2learn_algorithms, published_with_steps
+from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals, weight_samples
+from zoo.families.latent_gaussian import LatentGaussianMethod
+from zoo.families.pretrained import ClassTable
+
+__all__ = ["DIVERGED", "ClassTable", "GPMethod", "InnerLoopMethod", "LastLayerMethod",
+           "LatentGaussianMethod", "learn2learn_algorithms", "linear_gaussian_marginals",
+           "published_with_steps", "weight_samples"]

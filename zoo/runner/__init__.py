@@ -12,7 +12,24 @@ hashes), :mod:`~zoo.runner.storage` (results folder, atomic files, env.json),
 :mod:`~zoo.runner.plots` (figures).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zoo._lazy import exports
 from zoo.runner.cells import Cell, expand_cells
 from zoo.runner.suite import Suite, load_suite, suite_names
 
-__all__ = ["Cell", "Suite", "expand_cells", "load_suite", "suite_names"]
+if TYPE_CHECKING:
+    from zoo.runner.bench import prepare_suite, run_suite
+    from zoo.runner.report import write_report
+    from zoo.runner.storage import Results
+
+__all__ = ["Cell", "Results", "Suite", "expand_cells", "load_suite", "prepare_suite", "run_suite",
+           "suite_names", "write_report"]
+
+# running a suite imports torch and the plugin host; reading a suite or a results folder does not
+__getattr__, __dir__ = exports(globals(), {"prepare_suite": "zoo.runner.bench",
+                                           "run_suite": "zoo.runner.bench",
+                                           "write_report": "zoo.runner.report",
+                                           "Results": "zoo.runner.storage"})

@@ -396,7 +396,7 @@ def _check_files_split(work: list[tuple[str, str, dict[str, list[str]]]]
     the files the reader does not keep (configs and their hashes, result.json, env.json, the
     trainings: about half the work) and sends back only its first problem, while this process
     parses the records it keeps; the first problem of the two, by position, is the folder's.
-    Sending records back would cost about what parsing them does (session 5), so none are sent.
+    Sending records back would cost about what parsing them does (measured), so none are sent.
     The child first has every file read ahead into the page cache (:func:`_read_ahead`): a folder
     read for the first time costs a disk read per file, ~7 s at 10,000 cells one after another.
     Where there is no ``fork``, other threads run, the folder is small, or the fork or the child

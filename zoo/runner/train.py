@@ -302,7 +302,7 @@ class FiniteGradients:
     ``torch.amp.GradScaler`` runs before a step; it multiplies each gradient by 1, which leaves
     every number as it is) over all gradients in one call, and one read of its flag: one
     synchronisation with the device a step. The flag is allocated once per training, not per
-    step (a small model's step is a few hundred microseconds; card ``cluster.md``, session 12).
+    step (a small model's step is a few hundred microseconds; card ``cluster.md``).
     Gradients the fused check does not take (sparse, complex, on several devices) are tested one
     by one."""
 

@@ -5,16 +5,31 @@ One module per kind: :mod:`~zoo.tasks.classification` (few-shot way/shot episode
 :mod:`~zoo.tasks.sequential` (streams seen once), :mod:`~zoo.tasks.integration` (integrands with
 known truth). Kinds register through the ``zoo_register_tasks`` hook (``zoo tasks`` lists them);
 the built-in ones are :data:`BUILTIN`. The kinds' modules import no torch (reading results needs
-none); the bases of their methods are in :mod:`~zoo.tasks.methods`.
+none); the bases of their methods (:mod:`~zoo.tasks.methods`) are imported when first used.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zoo._lazy import exports
 from zoo.tasks.base import PredictionError, Task, TaskView
 from zoo.tasks.classification import Classification
-from zoo.tasks.integration import Integration
-from zoo.tasks.regression import Regression
-from zoo.tasks.sequential import Sequential
+from zoo.tasks.integration import Integration, IntegrationEpisode, IntegrationProblem
+from zoo.tasks.regression import Regression, RegressionEpisode, RegressionPrediction, sample_task
+from zoo.tasks.sequential import Sequential, Stream, StreamPrediction
+
+if TYPE_CHECKING:
+    from zoo.tasks.methods import IntegrationMethod, RegressionMethod, StreamMethod
 
 BUILTIN: dict[str, type[Task]] = {k.name: k for k in (Classification, Regression, Sequential,
                                                       Integration)}
 
-__all__ = ["BUILTIN", "PredictionError", "Task", "TaskView"]
+__all__ = ["BUILTIN", "Classification", "Integration", "IntegrationEpisode", "IntegrationMethod",
+           "IntegrationProblem", "PredictionError", "Regression", "RegressionEpisode",
+           "RegressionMethod", "RegressionPrediction", "Sequential", "Stream", "StreamMethod",
+           "StreamPrediction", "Task", "TaskView", "sample_task"]
+
+__getattr__, __dir__ = exports(globals(), {"IntegrationMethod": "zoo.tasks.methods",
+                                           "RegressionMethod": "zoo.tasks.methods",
+                                           "StreamMethod": "zoo.tasks.methods"})

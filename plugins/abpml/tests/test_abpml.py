@@ -10,8 +10,7 @@ from zoo_abpml import ABPML
 from zoo_abpml.prototypes import aggregate, kl_diagonal, log_density, task_prior_kl
 from zoo_protonet import ProtoNet
 
-from zoo import Episode
-from zoo.errors import HyperParameterError
+from zoo import Episode, HyperParameterError
 from zoo.testing import (
     IdentityBackbone,
     TanhBackbone,

@@ -10,7 +10,7 @@ Amortisation (Algorithm 8): ``L`` SGD steps of the embedding network from the me
 the support loss ``J(S) = L_PR(S|z) + KL[q(z|S) || p(z)]`` (Eq. 6.4, the prior estimated from the
 support alone, Eq. 6.7), then the query loss ``L_PR(Q|z)`` (Eq. 6.5) of the adapted network is
 meta-learned by Adam; test episodes take the same ``L`` steps (Algorithm 9). The inner loop is
-learn2learn's ``MAML`` clone/adapt, the family's base :class:`~zoo.families.inner_loop.InnerLoopMethod`.
+learn2learn's ``MAML`` clone/adapt, the family's base :class:`~zoo.families.InnerLoopMethod`.
 
 Defaults per protocol (appendix C; ``protocol="auto"`` picks ``omniglot`` for grey-scale inputs,
 ``miniimagenet`` for colour): Omniglot ``L = 1``, ``alpha = 0.1``, meta-batch 32; natural images
@@ -32,11 +32,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode, Prediction
+from zoo import Episode, HParam, Prediction, check_finite
 from zoo.backbones import Backbone
-from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, learn2learn_algorithms
-from zoo.hparams import HParam
-from zoo.jitter import check_finite
+from zoo.families import DIVERGED, InnerLoopMethod, learn2learn_algorithms
 from zoo_abpml.prototypes import AGGREGATIONS, aggregate, log_density, task_prior_kl
 
 if TYPE_CHECKING:

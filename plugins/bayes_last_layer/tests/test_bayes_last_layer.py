@@ -13,8 +13,7 @@ from torch.distributions import kl_divergence as torch_kl
 from zoo_bayes_last_layer.method import BayesLastLayer, scaled_elbo, support_batches
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
-from zoo import Episode
-from zoo.errors import NumericalError
+from zoo import Episode, NumericalError
 from zoo.gaussians import kl_divergence, kron
 from zoo.testing import IdentityBackbone, check_method, toy_episode
 

@@ -31,15 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo import Episode, Prediction
+from zoo import Episode, HParam, Prediction, check_finite, episode_generator
 from zoo.backbones import Backbone
-from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals, weight_samples
-from zoo.families.pretrained import ClassTable
+from zoo.families import ClassTable, LastLayerMethod, linear_gaussian_marginals, weight_samples
 from zoo.gaussians import DiagonalGaussian, Gaussian, kl_divergence
-from zoo.gp import DTYPE
-from zoo.hparams import HParam
-from zoo.jitter import check_finite
-from zoo.method import episode_generator
+from zoo.inference import DTYPE
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 SCALINGS = ("mean", "batch")

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from zoo_bayesian_maml import ABML, BMAML, svgd_direction
 
-from zoo.errors import HyperParameterError
+from zoo import HyperParameterError
 from zoo.testing import TanhBackbone, build_for_tests, check_method, tiny_episode, toy_episode
 
 

@@ -27,7 +27,7 @@
 
 Steps are taken on per-example objectives (the log posterior divided by the support size), so
 ``inner_lr`` means what it means for MAML; both are inner-loop methods of the core
-(:mod:`zoo.families.inner_loop`), whose defaults follow MAML's published protocol table, except
+(:class:`zoo.families.InnerLoopMethod`), whose defaults follow MAML's published protocol table, except
 that ABML takes one inner step, in training and at test: starting from the prior the KL's
 gradient is zero, so the first step is stable for any prior, whereas later
 plain gradient steps on the KL need ``inner_lr * kl_weight < 2 * N * sigma^2`` (N support
@@ -56,12 +56,9 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 import zoo
-from zoo import Episode, Prediction
+from zoo import Episode, HParam, Prediction, check_finite, draw_seed, manual_seed
 from zoo.backbones import Backbone
-from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, published_with_steps
-from zoo.hparams import HParam
-from zoo.jitter import check_finite
-from zoo.method import draw_seed, manual_seed
+from zoo.families import DIVERGED, InnerLoopMethod, published_with_steps
 
 
 class WeightSpaceMethod(InnerLoopMethod):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from zoo.errors import HyperParameterError
+from zoo import HyperParameterError
 from zoo.testing import build_for_tests, check_method, toy_episode
 
 

@@ -5,10 +5,9 @@ import torch
 from zoo_bong.method import Bong
 from zoo_bong.rules import tractable_combinations
 
-from zoo.data.streams import load_digits_stream
-from zoo.errors import HyperParameterError
-from zoo.plugins import registry
-from zoo.testing import check_task
+from zoo import HyperParameterError
+from zoo.data import load_digits_stream
+from zoo.testing import check_task, registry
 
 SHORT = {"stream_length": 20, "eval_steps": [0, 20]}
 
@@ -69,8 +68,8 @@ def test_validation_streams_never_see_the_test_examples():
 
 
 def test_mnist_stream_names_the_four_files_and_where_they_go(tmp_path):
-    from zoo.data.streams import load_mnist_stream
-    from zoo.errors import DataMissingError
+    from zoo import DataMissingError
+    from zoo.data import load_mnist_stream
 
     raw = tmp_path / "mnist" / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -112,7 +111,7 @@ def fake_mnist(tmp_path):
 
 
 def test_mnist_stream_reads_the_papers_splits_from_idx_files(fake_mnist):
-    from zoo.data.streams import load_mnist_stream
+    from zoo.data import load_mnist_stream
 
     data = load_mnist_stream(fake_mnist, download=False)
     assert data.x.shape == (3500, 784) and float(data.x.min()) >= 0 and float(data.x.max()) <= 1

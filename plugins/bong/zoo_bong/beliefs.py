@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.func import grad
 
-from zoo.errors import ZooError
+from zoo import ZooError
 from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian, LowRankPrecisionGaussian, kl_divergence
 from zoo_bong.curvature import Curvature
 

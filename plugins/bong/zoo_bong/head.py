@@ -23,14 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo import Episode
+from zoo import Episode, HParam, HyperParameterError, episode_generator
 from zoo.backbones import Backbone
-from zoo.errors import HyperParameterError
-from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals
+from zoo.families import LastLayerMethod, linear_gaussian_marginals
 from zoo.gaussians import Gaussian
-from zoo.gp import DTYPE
-from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.inference import DTYPE
 from zoo_bong.beliefs import FAMILIES, Belief, prior_belief
 from zoo_bong.curvature import CURVATURES, linearised, monte_carlo
 from zoo_bong.likelihoods import Categorical

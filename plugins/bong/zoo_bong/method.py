@@ -17,12 +17,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from zoo.errors import HyperParameterError
+from zoo import HParam, HyperParameterError, draw_seed
 from zoo.gaussians import predictive
-from zoo.hparams import HParam
-from zoo.method import draw_seed
-from zoo.tasks.methods import StreamMethod
-from zoo.tasks.sequential import Stream
+from zoo.tasks import Stream, StreamMethod
 from zoo_bong.beliefs import DG_MEANS, FAMILIES, Belief, prior_belief
 from zoo_bong.curvature import CURVATURES, Curvature, linearised, monte_carlo
 from zoo_bong.likelihoods import Categorical

@@ -26,10 +26,9 @@ import torch
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode
-from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, gaussian_log_marginal
-from zoo.hparams import HParam
+from zoo import Episode, HParam
+from zoo.families import GPMethod
+from zoo.inference import DTYPE, gaussian_log_marginal
 
 
 class DKT(GPMethod):

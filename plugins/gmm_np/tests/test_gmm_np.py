@@ -12,8 +12,8 @@ from torch.distributions import MultivariateNormal
 from zoo_gmm_np import GMMNP, VARIANTS, trng
 from zoo_gmm_np.gmm import GMM
 
-from zoo.data.functions import load_sinusoid
-from zoo.tasks.regression import Regression, sample_task
+from zoo.data import load_sinusoid
+from zoo.tasks import Regression, sample_task
 from zoo.testing import check_task
 
 D = torch.float64

@@ -49,10 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.hparams import HParam
-from zoo.method import draw_seed, manual_seed
-from zoo.tasks.methods import RegressionMethod
-from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
+from zoo import HParam, draw_seed, manual_seed
+from zoo.tasks import RegressionEpisode, RegressionMethod, RegressionPrediction
 from zoo_gmm_np import trng
 from zoo_gmm_np.gmm import GMM
 

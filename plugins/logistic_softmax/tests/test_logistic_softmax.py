@@ -6,10 +6,8 @@ from torch.distributions import Gamma, MultivariateNormal, Poisson
 from zoo_logistic_softmax import LogisticSoftmax, _log_cosh
 
 from zoo import Episode
-from zoo.gp import prior_draws
-from zoo.gram import dense
+from zoo.inference import dense, prior_draws, sample_polyagamma
 from zoo.kernels import RBFKernel
-from zoo.polyagamma import sample_polyagamma
 from zoo.testing import IdentityBackbone, check_algebra_routes, check_method, line_episode
 
 D = torch.float64

@@ -4,7 +4,7 @@ Augmentation (Galy-Fajou, Wenzel, Donner & Opper, UAI 2020): ``1 / sum_c sigmoid
 exp(-lam sum_c sigmoid(g_c)) dlam``, ``exp(-lam sigmoid(g)) = sum_n Po(n | lam) sigmoid(-g)^n`` and
 ``sigmoid(g)^y sigmoid(-g)^n = 2^-(y+n) exp((y - n) g / 2) E_{PG(y+n, 0)}[exp(-w g^2 / 2)]`` with
 ``g = f / tau``. Given ``(w, n)`` each class GP has Gaussian sites, precision ``w / tau^2`` and
-natural mean ``(y - n) / (2 tau)``: the core's :class:`~zoo.gp.SitePosterior`.
+natural mean ``(y - n) / (2 tau)``: the core's :class:`~zoo.inference.SitePosterior`.
 
 Two inference forms (hyper-parameter ``inference``):
 
@@ -39,12 +39,16 @@ import torch
 from torch import Tensor
 
 import zoo
-from zoo import Episode, Prediction
-from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, SitePosterior, prior_draws
-from zoo.hparams import HParam
-from zoo.method import episode_generator
-from zoo.polyagamma import augmented_log_marginal, device_generator, polyagamma_mean, sample_polyagamma
+from zoo import Episode, HParam, Prediction, device_generator, episode_generator
+from zoo.families import GPMethod
+from zoo.inference import (
+    DTYPE,
+    SitePosterior,
+    augmented_log_marginal,
+    polyagamma_mean,
+    prior_draws,
+    sample_polyagamma,
+)
 
 LOG2 = float(torch.log(torch.tensor(2.0)))
 

@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 from zoo_maml import ANIL, FOMAML, MAML, MetaSGD
 
-from zoo import Episode
-from zoo.errors import HyperParameterError
+from zoo import Episode, HyperParameterError
 from zoo.testing import TanhBackbone, build_for_tests, check_method, tiny_episode, toy_episode
 
 
@@ -182,7 +181,7 @@ def test_conformance_full_network_adaptation(name):
 
 
 def test_first_use_of_learn2learn_keeps_the_terminal_clean():
-    """Issue 17: learn2learn imports gym, whose import prints a multi-line deprecation notice
+    """learn2learn imports gym, whose import prints a multi-line deprecation notice
     to stderr on every run; only that notice is dropped, anything else gym prints is kept."""
     import subprocess
     import sys

@@ -12,7 +12,7 @@ norm with batch statistics (:func:`zoo.backbones.use_batch_statistics`), as the 
 At test the inner loop runs first-order (the meta-gradient is not needed there).
 
 The inner-loop base, the published settings of each protocol and ``meta_batch`` live in the core
-(:mod:`zoo.families.inner_loop`); outer Adam learning rate 1e-3 throughout, as published.
+(:class:`zoo.families.InnerLoopMethod`); outer Adam learning rate 1e-3 throughout, as published.
 """
 
 from __future__ import annotations
@@ -25,15 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode, Prediction
+from zoo import Episode, Prediction, check_finite
 from zoo.backbones import Backbone
-from zoo.families.inner_loop import (
-    DIVERGED,
-    InnerLoopMethod,
-    learn2learn_algorithms,
-    published_with_steps,
-)
-from zoo.jitter import check_finite
+from zoo.families import DIVERGED, InnerLoopMethod, learn2learn_algorithms, published_with_steps
 
 if TYPE_CHECKING:
     import learn2learn as l2l

@@ -13,12 +13,9 @@ import pytest
 import torch
 from zoo_md_bfsc.method import MDBFSC
 
+from zoo import registry
 from zoo.kernels import CosineKernel, PolynomialKernel, RBFKernel
-from zoo.plugins import registry
-from zoo.runner.bench import prepare_suite, run_suite
-from zoo.runner.cells import expand_cells
-from zoo.runner.storage import Results
-from zoo.runner.suite import load_suite
+from zoo.runner import Results, expand_cells, load_suite, prepare_suite, run_suite
 
 ROWS = {f"rho_train={r}": {"rho_train": float(r)} for r in ("0.01", "0.1", "0.5", "1")} | {
     f"steps_train={s}": {"steps_train": s} for s in (1, 3, 5, 7)} | {
@@ -54,8 +51,8 @@ def test_one_factor_at_a_time_around_the_paper_defaults():
 
 
 def test_paper_protocol_is_the_same_study_on_cub():
-    quick, paper = load_suite("md-hparams", registry=registry()), load_suite("md-hparams-paper",
-                                                                             registry=registry())
+    quick = load_suite("md-hparams", registry=registry())
+    paper = load_suite("md-hparams-paper", registry=registry())
     assert paper.parts == quick.parts
     s = paper.settings
     assert (s["train_datasets"], s["backbone"], s["requires"]) == (["cub"], "conv4", ["cuda"])
@@ -100,7 +97,7 @@ def test_tiny_study_end_to_end_and_resume(tmp_path: Path, monkeypatch):
         assert ("kernel.raw_lengthscale" in state["state_dict"]) == (kind is RBFKernel)
     assert len(list((out / "train").iterdir())) == len(KEPT)
     # the report: one row per variant in md, csv and json
-    from zoo.runner.report import write_report
+    from zoo.runner import write_report
 
     write_report(out, plots=False)
     table = (out / "report" / "table.md").read_text()

@@ -11,26 +11,20 @@ from torch import Tensor
 from zoo_md_bfsc.inference import gradient_descent, mirror_descent
 from zoo_md_bfsc.method import MDBFSC
 
-from zoo import Episode, build_method
+from zoo import Episode, NumericalError, build_method
 from zoo.backbones import Backbone
-from zoo.errors import NumericalError
-from zoo.expectations import standard_normal_draws
-from zoo.gp import DTYPE
+from zoo.inference import DTYPE, Expectations, SoftmaxLikelihood, standard_normal_draws
 from zoo.kernels import RBFKernel
-from zoo.plugins import registry
 from zoo.testing import (
+    GaussianLikelihood,
     build_for_tests,
     check_algebra_routes,
     check_batched_meta_loss,
     check_method,
     exact_expected_log_softmax,
+    registry,
     softmax_marginals,
     toy_episode,
-)
-from zoo.variational import (
-    Expectations,
-    GaussianLikelihood,
-    SoftmaxLikelihood,
 )
 
 torch.set_num_threads(1)
@@ -224,7 +218,7 @@ def test_gradient_descent_divergence_raises_instead_of_jitter_repair(parameteris
     """A step that makes the covariance indefinite is a divergence: it raises naming the episode,
     and the jitter policy (for the prior's K only) is never used on the iterate, whose jittered
     factor would give the KL a different Gaussian than the variances."""
-    from zoo.jitter import JitterPolicy
+    from zoo.inference import JitterPolicy
 
     K = random_spd(2, 6, seed=10) * (1e-2 if parameterisation == "moment" else 100.0)
     onehot = torch.nn.functional.one_hot(torch.arange(6) % 2, 2).to(DTYPE)
@@ -237,7 +231,7 @@ def test_gradient_descent_divergence_raises_instead_of_jitter_repair(parameteris
 
 
 def test_covariance_factor_never_jitters_a_barely_indefinite_iterate():
-    from zoo.variational import covariance_factor
+    from zoo.inference import covariance_factor
 
     S = torch.eye(3, dtype=DTYPE)
     S[2, 2] = -1e-12  # one jitter step would have "repaired" it

@@ -43,12 +43,16 @@ from typing import Any
 import tomllib
 import torch
 
-from zoo import EpisodeSampler, build_method
-from zoo.errors import NumericalError
-from zoo.io import atomic_write_json
+from zoo import (
+    EpisodeSampler,
+    NumericalError,
+    atomic_write_json,
+    build_method,
+    load_dataset,
+    parse_spec,
+    registry,
+)
 from zoo.metrics import mean_ci, paired_difference
-from zoo.plugins import load_dataset, registry
-from zoo.spec import parse_spec
 from zoo_md_bfsc.method import MDBFSC
 
 log = logging.getLogger(__name__)

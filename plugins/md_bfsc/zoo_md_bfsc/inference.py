@@ -7,13 +7,13 @@ the ELBO ``sum_n E_q[log p(y_n | f_n)] - sum_c KL(q_c || N(0, K_c))``:
   divergence, i.e. natural-gradient descent (Theorem 3.1), done as conjugate computation
   (Theorem 3.2). Gaussian sites ``theta~`` accumulate the mean-parameter gradient of the expected
   log-likelihood, ``theta~_t = (1 - rho) theta~_{t-1} + rho grad_mu E_q[log p(y|f)]``, and the
-  posterior is prior times sites: the sites map to the core's :class:`~zoo.gp.SitePosterior` as
+  posterior is prior times sites: the sites map to the core's :class:`~zoo.inference.SitePosterior` as
   ``lam = -2 theta~_2``, ``nu = theta~_1``. No inverse of ``K`` is ever formed.
 * :func:`gradient_descent`: the paper's vanilla baseline, plain gradient steps on the same family,
   either on ``(m, Sigma)`` as in the paper or in whitened coordinates (see there).
 
 Likelihoods, their expectations, the posteriors with free covariance and the ELBO are the core's
-(:mod:`zoo.variational`); this module holds only the two loops.
+(:mod:`zoo.inference`); this module holds only the two loops.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from zoo.errors import NumericalError
-from zoo.gp import SitePosterior
-from zoo.gram import Gram, dense
-from zoo.jitter import DEFAULT_JITTER, JitterPolicy
-from zoo.variational import (
+from zoo import NumericalError
+from zoo.inference import (
+    DEFAULT_JITTER,
     Expectations,
     FullGaussianPosterior,
+    Gram,
+    JitterPolicy,
     Likelihood,
     Posterior,
+    SitePosterior,
     WhitenedPosterior,
+    dense,
     elbo,
     mean_parameter_gradient,
 )
@@ -59,7 +61,7 @@ def mirror_descent(K: Gram, likelihood: Likelihood, steps: int, rho: float, *,
                    ) -> InnerResult:
     """``steps`` mirror-descent steps from ``theta~_0 = 0`` (the posterior starts at the prior).
 
-    ``K``: ``[C, N, N]`` float64, dense or a feature factor (:mod:`zoo.gram`). Each step costs
+    ``K``: ``[C, N, N]`` float64, dense or a feature factor (:mod:`zoo.inference`). Each step costs
     one batched factorisation of ``I + S K S`` (or of its ``D x D`` twin on a factor).
     ``trace`` records the ELBO after every step (one extra KL per step); ``final_elbo`` returns
     the differentiable ELBO of the last iterate (the meta-training loss).

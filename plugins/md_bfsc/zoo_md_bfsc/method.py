@@ -14,11 +14,9 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo import Episode, Prediction
-from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE
-from zoo.hparams import HParam
-from zoo.variational import SoftmaxLikelihood, SoftmaxMean
+from zoo import Episode, HParam, Prediction
+from zoo.families import GPMethod
+from zoo.inference import DTYPE, SoftmaxLikelihood, SoftmaxMean
 from zoo_md_bfsc.inference import INNER_LOOPS, InnerResult
 
 LOSSES = ("elbo", "predictive")

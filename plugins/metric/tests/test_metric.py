@@ -8,8 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from zoo_metric import BaselinePP, CosineLinear, FeatureTransfer, MatchingNet, RelationNet
 
-from zoo import Episode
-from zoo.errors import EpisodeError, HyperParameterError
+from zoo import Episode, EpisodeError, HyperParameterError
 from zoo.testing import IdentityBackbone, check_method
 
 

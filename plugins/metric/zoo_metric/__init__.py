@@ -13,7 +13,7 @@
 
 Pre-training from episodes: the two pre-trained baselines train their backbone as an ordinary
 classifier over the training classes through the core's class table
-(:class:`zoo.families.pretrained.ClassTable`).
+(:class:`zoo.families.ClassTable`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo import Episode, Method, Prediction
+from zoo import Episode, HParam, HyperParameterError, Method, Prediction, episode_generator
 from zoo.backbones import Backbone, ConvNet, MaxPool2x2
-from zoo.errors import HyperParameterError
-from zoo.families.pretrained import ClassTable
-from zoo.hparams import HParam
-from zoo.method import episode_generator
+from zoo.families import ClassTable
 
 
 class CosineLinear(nn.Module):

@@ -6,8 +6,8 @@ import torch
 from zoo_neural_processes import MeanAggregationNP
 from zoo_neural_processes.aggregation import bayesian_aggregate, mean_aggregate
 
-from zoo.data.functions import load_sinusoid
-from zoo.tasks.regression import RegressionEpisode, sample_task
+from zoo.data import load_sinusoid
+from zoo.tasks import RegressionEpisode, sample_task
 
 
 def observations(n=5, d=3, seed=0):

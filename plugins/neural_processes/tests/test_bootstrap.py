@@ -7,8 +7,8 @@ from zoo_neural_processes import BootstrapAttentiveNP, BootstrapNP
 from zoo_neural_processes.bootstrap import resample_indices, residual_bootstrap
 from zoo_neural_processes.paths import DeterministicPath
 
-from zoo.data.functions import load_sinusoid
-from zoo.tasks.regression import sample_task
+from zoo.data import load_sinusoid
+from zoo.tasks import sample_task
 
 
 def test_resampling_is_reproducible_from_its_generator_and_with_replacement():

@@ -6,8 +6,8 @@ import pytest
 import torch
 from zoo_neural_processes import AttentiveNP, BayesianAggregationNP, MeanAggregationNP
 
-from zoo.data.functions import load_sinusoid
-from zoo.tasks.regression import sample_task
+from zoo.data import load_sinusoid
+from zoo.tasks import sample_task
 
 LATENT = [MeanAggregationNP, BayesianAggregationNP, AttentiveNP]
 

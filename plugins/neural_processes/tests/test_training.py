@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from zoo.data.functions import load_sinusoid
-from zoo.plugins import registry
-from zoo.tasks.regression import Regression, sample_task
+from zoo.data import load_sinusoid
+from zoo.tasks import Regression, sample_task
+from zoo.testing import registry
 
 
 def validation_lmlhd(method, family, tasks=20) -> float:

@@ -36,11 +36,8 @@ import torch
 from torch import Tensor
 from torch.distributions import kl_divergence
 
-from zoo.errors import HyperParameterError
-from zoo.hparams import HParam
-from zoo.method import episode_generator
-from zoo.tasks.methods import RegressionMethod
-from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
+from zoo import HParam, HyperParameterError, episode_generator
+from zoo.tasks import RegressionEpisode, RegressionMethod, RegressionPrediction
 from zoo_neural_processes.aggregation import BayesianAggregation, MeanAggregation
 from zoo_neural_processes.bootstrap import resample_indices, residual_bootstrap
 from zoo_neural_processes.paths import DeterministicPath, GaussianDecoder, SetEncoder

@@ -10,10 +10,8 @@ from zoo_ove import OVE, Pairs
 from zoo_ove.weights import ClassWeights
 
 from zoo import Episode
-from zoo.gp import SitePosterior, prior_draws
-from zoo.gram import FeatureGram, dense
+from zoo.inference import FeatureGram, SitePosterior, augmented_log_marginal, dense, prior_draws
 from zoo.kernels import RBFKernel
-from zoo.polyagamma import augmented_log_marginal
 from zoo.testing import IdentityBackbone, check_algebra_routes, check_method, line_episode
 
 
@@ -296,8 +294,7 @@ def test_arrow_inverse_and_log_determinant_equal_the_dense_ones(monkeypatch, C, 
     from nearly ``I`` to condition ~1e6); and the rule picks the arrow only with few points."""
     from zoo_ove.weights import WeightPosterior, arrow_pays
 
-    from zoo.gram import packed_outer
-    from zoo.jitter import JitterPolicy
+    from zoo.inference import JitterPolicy, packed_outer
 
     g = torch.Generator().manual_seed(C * 100 + n)
     phi = torch.randn(n, D, generator=g, dtype=torch.float64) * scale
@@ -681,7 +678,7 @@ def test_samples_pl_meta_gradient_equals_an_independent_implementation():
     ours = torch.autograd.grad(value, list(method.parameters()))
 
     mats = method.kernel_matrices(ep)
-    from zoo.method import episode_generator
+    from zoo import episode_generator
     *_, f = method.gibbs(mats.Kss, ep.support_y, 3, ep, episode_generator(ep), keep=2)
     Kss, Ksq, kqq = dense(mats.Kss), dense(mats.Ksq), mats.kqq
     C, n = Kss.shape[:2]
@@ -706,7 +703,7 @@ def test_samples_pl_meta_gradient_equals_an_independent_implementation():
 
 
 def test_bad_predictive_settings_are_errors():
-    from zoo.errors import HyperParameterError
+    from zoo import HyperParameterError
 
     with pytest.raises(HyperParameterError, match="predictive='mean' is not allowed; it must be "
                        "one of 'conditional', 'samples'"):

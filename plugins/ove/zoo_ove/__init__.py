@@ -4,7 +4,7 @@ Likelihood: the one-vs-each approximation of the softmax, ``p(y | f) = prod_{c !
 sigmoid(f_y - f_c)``, a product of logistic terms in the pairwise differences ``psi = A f``
 (``M = N (C - 1)`` of them for ``N`` support points). Polya-Gamma augmentation gives each term an
 exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2``, so
-``psi | w`` is a :class:`~zoo.gp.SitePosterior` with prior covariance ``K_psi = A K A^T`` and
+``psi | w`` is a :class:`~zoo.inference.SitePosterior` with prior covariance ``K_psi = A K A^T`` and
 ``w | psi ~ PG(1, psi)``. All chains run as one batch. Two Gibbs samplers of the same posterior
 ``p(f, w | y)`` (hyper-parameter ``sampler``):
 
@@ -12,7 +12,7 @@ exactly Gaussian site in ``psi``: precision ``w`` and natural mean ``kappa = 1/2
   once, one Cholesky of the ``M x M`` matrix ``I + S K_psi S`` per chain and step: ``O((N C)^3)``.
 * ``blocked`` (default): ``w | f`` then ``f_c | f_{-c}, w`` for ``c = 1..C`` in turn. Given the
   other classes each pairwise term touching ``f_c`` is a Gaussian site on ``f_c`` alone, so the
-  conditional is a GP with sites on the ``N`` support points (a :class:`~zoo.gp.SitePosterior`
+  conditional is a GP with sites on the ``N`` support points (a :class:`~zoo.inference.SitePosterior`
   batched over chains): ``C`` factorisations of ``N x N`` per step, ``O(C N^3)``. For
   ``y_n = c``: precision ``sum_{c'} w_{n c'}``, natural mean ``(C - 1)/2 + sum_{c'} w_{n c'}
   f_{c'}(n)``; for ``y_n != c``: precision ``w_{n c}``, natural mean ``-1/2 + w_{n c} f_{y_n}(n)``.
@@ -50,7 +50,7 @@ of the query functions, ``p(f_* | y) = E_{p(w | y)}[p(f_* | w)] = E_{p(f | y)}[p
   functions ``f`` ``[R, C, n]``. Given ``f`` the classes are independent GPs observed without
   noise, ``f_*c | f_c ~ N(K_*c K_c^-1 f_c, k_** - K_*c K_c^-1 K_c*)``, so each pairwise difference
   has mean ``m_c - m_c'`` and variance ``v_c + v_c'`` and the same estimator applies. The
-  noise-free observation is the :class:`~zoo.gp.SitePosterior` with site precision ``1 /
+  noise-free observation is the :class:`~zoo.inference.SitePosterior` with site precision ``1 /
   sigma^2`` and natural mean ``f_c / sigma^2`` (``sigma^2`` the jitter policy's initial relative
   jitter times the mean prior variance: the limit ``sigma -> 0`` up to that jitter, on the dense
   and the feature route alike, for a singular ``K_c`` too); its one factorisation per episode (per
@@ -76,14 +76,21 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 import zoo
-from zoo import Episode, Prediction
-from zoo.errors import HyperParameterError
-from zoo.families.gp import GPMethod
-from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, prior_draws, shared
-from zoo.gram import FeatureGram, Gram, choose_route, dense
-from zoo.hparams import HParam
-from zoo.method import episode_generator
-from zoo.polyagamma import augmented_log_marginal, device_generator, sample_polyagamma
+from zoo import Episode, HParam, HyperParameterError, Prediction, device_generator, episode_generator
+from zoo.families import GPMethod
+from zoo.inference import (
+    DTYPE,
+    FeatureGram,
+    FeatureSitePosterior,
+    Gram,
+    SitePosterior,
+    augmented_log_marginal,
+    choose_route,
+    dense,
+    prior_draws,
+    sample_polyagamma,
+    shared,
+)
 from zoo_ove.weights import ClassWeights, WeightPosterior, inverse_costs, predictive_costs
 
 QUADRATURE_ELEMENTS = 2**24
@@ -244,7 +251,7 @@ class OVE(GPMethod):
         """Whether the pair-space algebra given ``w`` is cheaper in the ``C D`` class weights than
         in the ``M x M`` pair space (``pairs = M``, ``way = C``, ``rank = D`` features per class,
         ``functionals = Q C`` class functions at the queries for the predictive): more pairs than
-        weights, :func:`~zoo.gram.choose_route`'s count for a factorisation, or the count of the
+        weights, :func:`~zoo.inference.choose_route`'s count for a factorisation, or the count of the
         algebra given ``w``: ``M^3 / 3 + M^2 Q C`` in the pair space (Cholesky, whitening the
         queries) against the weights' cheapest (:func:`~zoo_ove.weights.inverse_costs` without
         queries, :func:`~zoo_ove.weights.predictive_costs` with them: by Cholesky or through the
@@ -349,7 +356,7 @@ class OVE(GPMethod):
         Matheron's rule from ``prior`` (draws of ``N(0, K_c)``) and ``noise``, all ``[R, C, n]``.
         The ``R C`` conditional precisions are factorised in one batch before the scan (they do
         not depend on ``f``); the scan itself only solves with them
-        (:meth:`~zoo.gp.SitePosterior.draw`)."""
+        (:meth:`~zoo.inference.SitePosterior.draw`)."""
         lam = self.conditional_precisions(w, y)
         posts = SitePosterior(K, lam, torch.zeros_like(lam), self.jitter, episode.id)
         f = f.clone()
@@ -420,7 +427,7 @@ class OVE(GPMethod):
                          episode: Episode) -> tuple[Tensor, Tensor]:
         """``f_*c | f_c`` for Gibbs states ``f`` ``[S, C, n]``: mean ``K_*c K_c^-1 f_c`` and
         variance ``k_** - K_*c K_c^-1 K_c*`` at the queries, each ``[S, Q, C]``, the classes
-        independent. The noise-free observation of ``f_c`` is the :class:`~zoo.gp.SitePosterior`
+        independent. The noise-free observation of ``f_c`` is the :class:`~zoo.inference.SitePosterior`
         with site precisions ``1 / sigma^2`` and natural means ``f_c / sigma^2`` (GP regression
         with noise ``sigma^2``, on the dense or the feature route), ``sigma^2`` the jitter
         policy's initial relative jitter times the mean prior variance of the support (held

@@ -11,7 +11,7 @@ algebra (``Psi^T W Psi`` with :meth:`~zoo_ove.Pairs.factor`'s ``Psi``), assemble
 ``M = N (C - 1)`` pairs. Block ``(a, b)`` of ``A - I`` is a Laplacian in the classes,
 ``-H_ab`` off the diagonal and ``sum_b H_ab`` on it, with ``H = G + G^T`` and ``G_ab = sum_{n:
 y_n = a} w_nb phi_n phi_n^T``: one product of the pair weights with the packed outer products
-(:attr:`~zoo.gram.FeatureGram.outer`) per class, ``O(R C N D^2)``, instead of ``O(R M (C D)^2)``.
+(:attr:`~zoo.inference.FeatureGram.outer`) per class, ``O(R C N D^2)``, instead of ``O(R M (C D)^2)``.
 Then ``log p(y | w) = -M log 2 + (b . A^-1 b - log|A|) / 2`` and the class functions at a query,
 ``f(x) = (phi(x)^T u_c)_c``, have mean ``phi^T mu_c`` (``mu = A^-1 b``) and covariance
 ``phi^T (A^-1)_ab phi``, whose ``C x C`` blocks for all queries are one product of the packed
@@ -43,8 +43,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from zoo.gram import pack_symmetric, packed_outer, unpack_symmetric
-from zoo.jitter import JitterPolicy
+from zoo.inference import JitterPolicy, pack_symmetric, packed_outer, unpack_symmetric
 
 
 def inverse_costs(points: int, way: int, rank: int) -> tuple[float, float]:
