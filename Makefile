@@ -5,11 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.zoo-installed
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
+PLUGIN_NAMES := $(subst _,-,$(notdir $(patsubst %/,%,$(PLUGIN_DIRS))))
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 OUT    ?= results/bench-$(shell date +%Y%m%d-%H%M%S)
 WORKERS ?= 2
 
-.PHONY: venv test bench lint constraints clean
+.PHONY: venv test bench lint constraints clean wheels
 
 venv: $(STAMP)
 
@@ -17,12 +18,20 @@ $(STAMP): Makefile constraints.txt pyproject.toml $(wildcard plugins/*/pyproject
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt pip setuptools Cython
 	$(PIP) install -c constraints.txt torch torchvision numpy
-	# learn2learn 0.2.0 ships C files that do not compile on Python 3.11: let Cython regenerate
-	# them (see ../shared/INSTALL-NOTES.md), then add what it imports (not qpth, gsutil).
-	$(PIP) install -c constraints.txt --no-deps learn2learn --config-settings=--build-option=build_ext
-	$(PIP) install -c constraints.txt gym requests tqdm scipy
+	PYTHON=$(BIN)/python sh tools/install-learn2learn.sh -q -c constraints.txt
+	# this code under its earlier distribution names (zoo, zoo-<plugin>): a second distribution
+	# of the same import packages would shadow the editable install
+	$(PIP) uninstall -y zoo $(addprefix zoo-,$(PLUGIN_NAMES)) 2>/dev/null || true
 	$(PIP) install -c constraints.txt --no-build-isolation -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $@
+
+# wheels of the core and of every plugin into dist/ (`pip install dist/*.whl` installs them all); the
+# build's by-products are removed, as a distribution's metadata beside the sources would shadow the install
+wheels: $(STAMP)
+	for d in . $(PLUGIN_DIRS); do \
+	  $(BIN)/python -m build --wheel --no-isolation --outdir dist $$d || exit 1; \
+	  rm -rf $$d/build $$d/*.egg-info; \
+	done
 
 test: $(STAMP)
 	ZOO_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q
@@ -34,8 +43,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 constraints: $(STAMP)
-	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^zoo'; } > constraints.tmp
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v -e '^zoo' -e '^bayes-meta-zoo'; } > constraints.tmp
 	mv constraints.tmp constraints.txt
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) dist

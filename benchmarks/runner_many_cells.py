@@ -162,11 +162,10 @@ def main() -> None:
                    help="profile run_suite (cProfile, CPU time): print its top functions, save "
                    "the stats")
     p.add_argument("--threads", type=int, default=1,
-                   help="intra-op threads of the cells (the runner's own choice is the cores: a "
-                   "second thread only waits at each tiny op, and its spinning would count as "
-                   "overhead in CPU time)")
+                   help="intra-op threads of the cells (the runner's default too: a second thread "
+                   "only waits at each tiny op, and its spinning would count as overhead in CPU "
+                   "time)")
     args = p.parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the runner's threads_per_unit honours it
     torch.set_num_threads(args.threads)
     reg = registry()
     if PooledPrototypes.name not in reg.names("methods"):
@@ -193,7 +192,8 @@ def main() -> None:
     start, start_cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
-    outcome = run_suite(suite, out=out, device="cpu", progress=False, registry=reg)
+    outcome = run_suite(suite, out=out, device="cpu", progress=False, registry=reg,
+                        threads=args.threads)
     if profiler:
         profiler.disable()
     total = {"wall": (time.perf_counter() - start, WALL),

@@ -11,6 +11,11 @@ import pytest
 
 from zoo import plugins
 from zoo.errors import PluginError, UnknownNameError
+from zoo.hookspecs import DISTRIBUTION
+
+# the distribution that provides the protonet plugin where the tests run (the installed name, so
+# that an environment installed before a rename still passes; tests/test_packaging.py checks the names)
+PROTONET = next(e.dist.name for e in md.entry_points(group="zoo.plugins") if e.name == "protonet")
 
 MODULES = {
     "zt_good": """
@@ -78,8 +83,8 @@ def test_broken_plugins_are_recorded_and_skipped(fake_plugins):
     assert "lowercase" in by_name["bad-name"].error
     # two plugins claim 'protonet': neither gets it, each error names both distributions
     assert "claimed by plugin 'zz-duplicate' (no distribution) and plugin 'protonet' " \
-        "(distribution zoo-protonet 0.1.0); neither gets it" in by_name["zz-duplicate"].error
-    assert "plugin 'protonet' (distribution zoo-protonet" in by_name["protonet"].error
+        f"(distribution {PROTONET} 0.1.0); neither gets it" in by_name["zz-duplicate"].error
+    assert f"plugin 'protonet' (distribution {PROTONET}" in by_name["protonet"].error
     assert "protonet" not in reg.names("methods")
     # nothing of a failed plugin is kept, everything else works
     assert "half-kernel" not in reg.names("kernels")
@@ -121,7 +126,7 @@ def test_a_name_collision_never_resolves_by_sort_order(tmp_path, monkeypatch):
         reg = plugins.load(entry_points=eps, strict=False, disabled=())
         by_name = {p.name: p for p in reg.plugins}
         assert "protonet" not in reg.names("methods")
-        assert "zoo-protonet" in by_name[fake].error and "zoo-protonet" in by_name["protonet"].error
+        assert PROTONET in by_name[fake].error and PROTONET in by_name["protonet"].error
         assert f"ZOO_DISABLE_PLUGINS={fake}" in by_name["protonet"].error
         with pytest.raises(PluginError, match="neither gets it"):
             plugins.load(entry_points=eps, strict=True, disabled=())
@@ -129,7 +134,7 @@ def test_a_name_collision_never_resolves_by_sort_order(tmp_path, monkeypatch):
     eps = [md.EntryPoint("aaa", "zt_kernel_thief", "zoo.plugins")]
     reg = plugins.load(entry_points=eps, strict=False, disabled=())
     assert reg.owner("kernels", "rbf") == "zoo"
-    assert "kernel 'rbf' is already registered by plugin 'zoo' (distribution zoo " in \
+    assert f"kernel 'rbf' is already registered by plugin 'zoo' (distribution {DISTRIBUTION} " in \
         reg.plugins[-1].error
 
 
@@ -137,9 +142,9 @@ def test_provenance_names_the_distribution_and_digests_the_code(tmp_path, monkey
     reg = plugins.load(entry_points=[e for e in md.entry_points(group="zoo.plugins")
                                      if e.name == "protonet"])
     prov = reg.provenance("methods", "protonet")
-    assert prov["plugin"] == "protonet" and prov["distribution"] == "zoo-protonet"
+    assert prov["plugin"] == "protonet" and prov["distribution"] == PROTONET
     assert prov["version"] == "0.1.0" and len(prov["digest"]) == 64
-    assert reg.provenance("kernels", "rbf")["distribution"] == "zoo"
+    assert reg.provenance("kernels", "rbf")["distribution"] == DISTRIBUTION
     # the digest follows the code: a changed copy of the plugin gives another digest
     pkg = tmp_path / "zt_copy"
     pkg.mkdir()

@@ -95,7 +95,7 @@ def outside_the_surface(path: Path, where: str) -> list[str]:
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                 and node.value.id in zoo_aliases and node.attr not in zoo.__all__):
             bad.append(f"{where}:{node.lineno} zoo.{node.attr}")
-    return bad
+    return sorted(bad, key=lambda line: int(line.split(":")[1].split()[0]))
 
 
 def test_plugin_files_are_found():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from zoo.hookspecs import DISTRIBUTION
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
@@ -33,8 +35,8 @@ def test_the_guide_names_a_complete_distribution():
     files = guide_files()
     assert {"pyproject.toml", "zoo_my_method/__init__.py"} <= set(files)
     pyproject = files["pyproject.toml"]
-    for needed in ("[build-system]", "version = ", 'name = "zoo-my-method"',
-                   '[project.entry-points."zoo.plugins"]'):
+    for needed in ("[build-system]", "version = ", 'name = "bayes-meta-zoo-my-method"',
+                   f'dependencies = ["{DISTRIBUTION}>=0.1"]', '[project.entry-points."zoo.plugins"]'):
         assert needed in pyproject, needed
 
 
@@ -58,7 +60,7 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
 
     plugins = json.loads(run("-m", "zoo.cli", "plugins", "--json"))
     mine = next(p for p in plugins if p["name"] == "my-method")
-    assert mine["distribution"] == "zoo-my-method" and mine["error"] is None
+    assert mine["distribution"] == "bayes-meta-zoo-my-method" and mine["error"] is None
     assert mine["registered"]["methods"] == ["my-method"]
     assert mine["registered"]["kernels"] == ["my-rbf"]
     run("-c", "import runpy; runpy.run_path('tests/test_my_method.py')"
@@ -71,4 +73,4 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
         "--set", "test_episodes=3", "--set", "my-method.temperature=5")
     (line,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert line["method"] == "my-method" and line["hparams"]["temperature"] == 5.0
-    assert line["provenance"]["distribution"] == "zoo-my-method"
+    assert line["provenance"]["distribution"] == "bayes-meta-zoo-my-method"

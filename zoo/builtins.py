@@ -32,7 +32,8 @@ GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
              "south": load_south, "step": load_step, "borehole": load_borehole, "bvp": load_bvp,
              "digits-stream": load_digits_stream, "mnist-stream": load_mnist_stream}
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+"""The built-in suites' TOML files: package data, so that they ship inside the wheel."""
 
 
 @hookimpl
@@ -68,9 +69,8 @@ def zoo_register_methods(register):
 
 @hookimpl
 def zoo_register_suites(register):
-    if SUITES_DIR.is_dir():
-        for path in sorted(SUITES_DIR.glob("*.toml")):
-            register(path.stem, path)
+    for path in sorted(SUITES_DIR.glob("*.toml")):
+        register(path.stem, path)
 
 
 @hookimpl

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 from collections.abc import Callable
 
 from zoo.errors import ZooError
@@ -20,106 +21,101 @@ def command(name: str, configure: Callable[[argparse.ArgumentParser], None]):
     return wrap
 
 
-def _plugins_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")
+WIDTH = 100
+"""Columns a listing fits when it is not given ``-v`` (or ``--json``)."""
 
 
-@command("plugins", _plugins_args)
-def plugins_cmd(args: argparse.Namespace) -> int:
-    """List installed plugins, what they registered, and any load error."""
-    from zoo.plugins import registry
-
-    records = [r.to_json() for r in registry().plugins]
-    if args.json:
-        print(json.dumps(records, indent=2))
-        return 0
-    rows = [("plugin", "distribution", "version", "registered", "status")]
-    for r in records:
-        names = "; ".join(f"{k}: {', '.join(v)}" for k, v in r["registered"].items() if v)
-        status = "disabled" if r["disabled"] else ("ERROR " + r["error"] if r["error"] else "ok")
-        rows.append((r["name"], r["distribution"] or "-", r["version"] or "-", names or "-", status))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
-    return 0
+def _listing_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print a JSON array, one object per row")
+    p.add_argument("-v", "--verbose", dest="detail", action="store_true",
+                   help=f"every column in full (default: rows cut to {WIDTH} columns)")
 
 
-def _datasets_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
+def _cell(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
 
 
-def print_rows(rows: list[dict], as_json: bool) -> int:
-    """A listing command's output: a JSON array, or one aligned line per row."""
+def print_rows(rows: list[dict], as_json: bool, detail: bool = False) -> int:
+    """A listing command's output: a JSON array, or a header row and one aligned line per row,
+    each cut to :data:`WIDTH` columns unless ``detail``."""
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
-    text = [[", ".join(map(str, v)) if isinstance(v, list) else str(v) for v in r.values()]
-            for r in rows]
-    widths = [max(len(t[i]) for t in text) for i in range(len(text[0]) - 1)] if text else []
+    if not rows:
+        print("(none)")
+        return 0
+    text = [list(rows[0])] + [[_cell(v) for v in r.values()] for r in rows]
+    widths = [max(len(t[i]) for t in text) for i in range(len(text[0]) - 1)]
     for t in text:
-        print("  ".join(c.ljust(w) for c, w in zip(t, widths)) + "  " + t[-1])
+        line = "  ".join(c.ljust(w) for c, w in zip(t, widths)) + "  " + t[-1]
+        print(line if detail or len(line) <= WIDTH else line[:WIDTH - 3] + "...")
     return 0
 
 
-@command("datasets", _datasets_args)
+def _listing(kind: str) -> list[dict]:
+    from zoo.listing import listings
+
+    return listings()[kind]
+
+
+@command("plugins", _listing_args)
+def plugins_cmd(args: argparse.Namespace) -> int:
+    """List installed plugins, what they registered, and any load error (-v: every name)."""
+    records = _listing("plugins")
+    if args.json:
+        return print_rows(records, True)
+    rows = []
+    for r in records:
+        names = {k: v for k, v in r["registered"].items() if v}
+        status = "disabled" if r["disabled"] else ("ERROR" if r["error"] else "ok")
+        what = ("; ".join(f"{k}: {', '.join(v)}" for k, v in names.items()) if args.detail else
+                ", ".join(f"{k}: {len(v)}" for k, v in names.items()))
+        rows.append({"plugin": r["name"], "distribution": r["distribution"] or "-",
+                     "version": r["version"] or "-", "status": status, "registered": what or "-"})
+    print_rows(rows, False, args.detail)
+    for r in records:  # in full, wrapped: the remedy is in them
+        if r["error"]:
+            print(textwrap.fill(f"{r['name']}: {r['error']}", WIDTH, subsequent_indent="    ",
+                                break_on_hyphens=False, break_long_words=False))
+    return 0
+
+
+@command("datasets", _listing_args)
 def datasets_cmd(args: argparse.Namespace) -> int:
     """List registered data sets and the plugin that provides each."""
-    from zoo.plugins import registry
-
-    reg = registry()
-    rows = [{"name": n, "plugin": reg.owner("datasets", n),
-             "about": ((reg.get("datasets", n).__doc__ or "").strip().splitlines() or ["-"])[0]}
-            for n in reg.names("datasets")]
-    return print_rows(rows, args.json)
+    return print_rows(_listing("datasets"), args.json, args.detail)
 
 
-@command("methods", _datasets_args)
+@command("methods", _listing_args)
 def methods_cmd(args: argparse.Namespace) -> int:
     """List registered methods with their tasks and default hyper-parameters (with --json, each
     hyper-parameter's declaration: type, allowed values, doc)."""
-    from zoo.plugins import registry
-
-    reg = registry()
-    rows = [{"name": n, "plugin": reg.owner("methods", n), "task": cls.task,
-             "defaults": cls.all_defaults()} for n, cls in sorted(reg.items("methods").items())]
-    if args.json:
-        for row in rows:
-            row["hparams"] = reg.get("methods", row["name"]).describe_hparams()
-    return print_rows(rows, args.json)
+    rows = _listing("methods")
+    if not args.json:
+        rows = [{k: v for k, v in r.items() if k != "hparams"} for r in rows]
+    return print_rows(rows, args.json, args.detail)
 
 
-@command("tasks", _datasets_args)
+@command("tasks", _listing_args)
 def tasks_cmd(args: argparse.Namespace) -> int:
     """List registered task kinds, their suite settings and their methods."""
-    from zoo.plugins import registry
-
-    reg = registry()
-    rows = [{"name": n, "plugin": reg.owner("tasks", n),
-             "settings": {k: v for k, v in task.settings.items()},
-             "methods": sorted(m for m, c in reg.items("methods").items()
-                               if getattr(c, "task", None) == n),
-             "about": ((type(task).__doc__ or "").strip().splitlines() or ["-"])[0]}
-            for n, task in sorted(reg.items("tasks").items())]
-    return print_rows(rows, args.json)
+    return print_rows(_listing("tasks"), args.json, args.detail)
 
 
-@command("suites", _datasets_args)
+@command("suites", _listing_args)
 def suites_cmd(args: argparse.Namespace) -> int:
-    """List benchmark suites (built-in and from plugins) with their task kind; a suite that runs
-    an experiment of its own instead of cells shows its entry function."""
-    from zoo.plugins import registry
-    from zoo.runner.suite import load_suite, suite_names
+    """List benchmark suites (built-in and from plugins; an entry suite runs its own experiment
+    function). zoo bench PATH.toml runs a suite file."""
+    from zoo.listing import listings
 
-    reg = registry()
-    rows = []
-    for name in suite_names(reg):
-        suite = load_suite(name, reg)
-        entry = suite.settings["entry"]  # runs a whole experiment, of no task kind: named so
-        rows.append({"name": name, "plugin": reg.owner("suites", name),
-                     "task": f"entry {entry}" if entry else suite.settings["task"],
-                     "source": suite.source,
-                     "description": suite.settings["description"]})
-    return print_rows(rows, args.json)
+    rows = listings()["suites"]
+    if not (args.json or args.detail):  # where each comes from: -v
+        rows = [{k: r[k] for k in ("name", "plugin", "task", "description")} for r in rows]
+    return print_rows(rows, args.json, args.detail)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,9 @@ from typing import Any
 import pluggy
 
 PROJECT = "zoo"
+DISTRIBUTION = "bayes-meta-zoo"
+"""The core's distribution name on the package index (``zoo`` there is an unrelated project); the
+import package, the command and the plugin host's project name are ``zoo``."""
 ENTRY_POINT_GROUP = "zoo.plugins"
 
 hookspec = pluggy.HookspecMarker(PROJECT)

@@ -182,7 +182,7 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
     pm.add_hookspecs(hookspecs)
     reg = Registry()
 
-    core = PluginRecord("zoo", "zoo", _version("zoo"))
+    core = PluginRecord("zoo", hookspecs.DISTRIBUTION, _version(hookspecs.DISTRIBUTION))
     reg.plugins.append(core)
     staged_core = reg.stage(pm, builtins, core)
     if staged_core is None:
@@ -292,6 +292,11 @@ def registry() -> Registry:
     global _REGISTRY
     if _REGISTRY is None:
         _REGISTRY = load()
+    return _REGISTRY
+
+
+def loaded_registry() -> Registry | None:
+    """The process-wide registry if it is loaded already, else ``None`` (nothing is loaded)."""
     return _REGISTRY
 
 

@@ -26,6 +26,21 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def parse_list(text: str) -> Any:
+    """A ``--set`` value for a list setting: a TOML list as it is, else the text split at commas
+    outside brackets, each item a value (``glyphs,omniglot[protocol=no-latin,rotations=true]``)."""
+    value = parse_value(text)
+    if not isinstance(value, str):
+        return value
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    return [parse_value(item) for item in items if item]
+
+
 def parse_spec(spec: str, what: str = "data set") -> tuple[str, dict[str, Any]]:
     """``"name"`` or ``"name[key=value,...]"``: a registered name and options of its factory;
     ``what`` names the kind of component in errors."""

@@ -23,7 +23,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 Fixtures: :func:`toy_episode` (class-dependent images), :func:`tiny_episode` (four-feature
 vectors, float64), :func:`line_episode` (one feature), :func:`softmax_marginals` and the reference
 :func:`exact_expected_log_softmax`; backbones :class:`IdentityBackbone` and
-:class:`TanhBackbone`.
+:class:`TanhBackbone`; :class:`GaussianLikelihood`, a likelihood with closed-form expectations to
+test variational algebra against. :func:`registry` is the process-wide registry, for tests that
+build a registered component by name.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ rows on validation streams only (Jones et al. 2024 tune both on validation NLL, 
 Validation streams come from the data set's ``val`` split (digits-stream: the stream pool less
 the examples with index 1 mod 5, scored on those; never the test examples). The score is the
 plug-in NLPD after the stream, averaged over ``--streams`` orderings. Prints one line per row with
-the chosen values, the lines that go into benchmarks/suites/online-quick.toml.
+the chosen values, the lines that go into zoo/suites/online-quick.toml.
 
     nice -n 10 python benchmarks/bong/tune.py --dataset digits-stream --length 500
 

@@ -131,5 +131,5 @@ def test_suites_listing_names_an_entry_suite_for_what_it_is(capsys):
 
     assert main(["suites", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["np-bo"]["task"] == "entry zoo.bayesopt:run"
+    assert rows["np-bo"]["task"] == "entry" and rows["np-bo"]["entry"] == "zoo.bayesopt:run"
     assert rows["quick"]["task"] == "classification"

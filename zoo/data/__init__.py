@@ -5,7 +5,7 @@ registry, so that it does not import the plugin host that registers it). Familie
 
 from __future__ import annotations
 
-from zoo.data.base import FewShotDataset, FileDataset, TensorDataset, cache_root, data_root
+from zoo.data.base import FewShotDataset, FileDataset, TensorDataset
 from zoo.data.cub import load_cub
 from zoo.data.digits import load_digits
 from zoo.data.emnist import load_emnist
@@ -16,6 +16,7 @@ from zoo.data.omniglot import load_omniglot
 from zoo.data.omniglot_lake_runs import load_omniglot_lake_runs
 from zoo.data.omniglot_minimal import load_omniglot_minimal
 from zoo.data.streams import StreamData, load_digits_stream, load_mnist_stream
+from zoo.paths import cache_root, data_root
 
 DATASETS = {
     "glyphs": load_glyphs,

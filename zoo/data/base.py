@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import platformdirs
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
@@ -24,22 +22,6 @@ from zoo.errors import EpisodeError, ZooError
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
-
-
-def data_root(data_dir: str | os.PathLike | None = None) -> Path:
-    """Where data files live: ``data_dir``, else ``$ZOO_DATA``, else the user's cache directory."""
-    if data_dir is not None:
-        return Path(data_dir).expanduser()
-    if os.environ.get("ZOO_DATA"):
-        return Path(os.environ["ZOO_DATA"]).expanduser()
-    return Path(platformdirs.user_cache_dir("zoo")) / "data"
-
-
-def cache_root() -> Path:
-    """Where derived files (rendered glyphs, decoded tensors) are cached; ``$ZOO_CACHE`` overrides."""
-    if os.environ.get("ZOO_CACHE"):
-        return Path(os.environ["ZOO_CACHE"]).expanduser()
-    return Path(platformdirs.user_cache_dir("zoo")) / "cache"
 
 
 def cached_blob(path: Path, build: Callable[[], dict]) -> dict:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
-from zoo.data.base import data_root
 from zoo.data.download import Resource, ensure_file, extract, missing
 from zoo.data.images import IMAGE_SIZE, ImageFileDataset
 from zoo.data.splitfiles import has_split_files, load_split_files
+from zoo.paths import data_root
 
 RESOURCE = Resource("CUB_200_2011.tgz",
                     "https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz",

@@ -136,7 +136,7 @@ def fetch(resource: Resource, path: Path) -> Path:
 
 
 def _lock(path: Path) -> FileLock:
-    from zoo.data.base import cache_root
+    from zoo.paths import cache_root
 
     key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     locks = cache_root() / "locks"

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from zoo.data.base import data_root
 from zoo.data.characters import CharacterDataset
 from zoo.data.download import Resource, ensure_file, missing
+from zoo.paths import data_root
 
 SPLIT = "byclass"
 LAYOUT = "emnist/EMNIST/raw"  # torchvision's, under the data directory

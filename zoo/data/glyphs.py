@@ -5,7 +5,7 @@ Scripts are alphabets and characters are classes, as in Omniglot. The "drawers" 
 the glyph (12 DejaVu and 4 STIX faces), taken in turn, each with its own small seeded affine
 distortion (rotation, shear, scale, shift). Images are 28x28
 grayscale with bright strokes. Rendering is deterministic and takes a few seconds; the result is
-cached under :func:`zoo.data.base.cache_root` keyed by the renderer version and matplotlib's.
+cached under :func:`zoo.paths.cache_root` keyed by the renderer version and matplotlib's.
 
 The alphabet split is fixed here: the test alphabets (Greek, Armenian) and the validation
 alphabet (Georgian) share no script with the training alphabets.
@@ -21,8 +21,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from zoo.data.base import TensorDataset, cache_root, cached_blob
+from zoo.data.base import TensorDataset, cached_blob
 from zoo.data.characters import random_affine
+from zoo.paths import cache_root
 
 log = logging.getLogger(__name__)
 

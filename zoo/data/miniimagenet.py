@@ -20,11 +20,11 @@ import csv
 import os
 from pathlib import Path
 
-from zoo.data.base import data_root
 from zoo.data.download import missing
 from zoo.data.images import IMAGE_SIZE, ImageFileDataset
 from zoo.data.splitfiles import has_split_files, load_split_files
 from zoo.errors import ZooError
+from zoo.paths import data_root
 
 CSV_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
 HOW = ("mini-ImageNet has no stable public download the zoo could verify: put CloserLookFewShot's "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from zoo.data.base import data_root
 from zoo.data.download import missing
+from zoo.paths import data_root
 
 LAYOUT = "mnist/MNIST/raw"
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",

@@ -4,7 +4,7 @@ Files: torchvision's ``images_background.zip`` and ``images_evaluation.zip`` (sa
 digests as ``torchvision.datasets.Omniglot``), looked up in ``<data dir>/omniglot/`` or in
 torchvision's ``<data dir>/omniglot/omniglot-py/``, downloaded (checksummed) when missing. The
 zips are read in place, never extracted; the decoded 28x28 images are cached as one uint8 tensor
-under :func:`~zoo.data.base.cache_root`, keyed by the archives' digests.
+under :func:`~zoo.paths.cache_root`, keyed by the archives' digests.
 
 Protocols (fixed here, never reshuffled):
 
@@ -34,10 +34,11 @@ from pathlib import Path
 
 import torch
 
-from zoo.data.base import cache_root, cached_blob, data_root
+from zoo.data.base import cached_blob
 from zoo.data.characters import SIZE, CharacterDataset, decode_all
 from zoo.data.download import Resource, ensure_file, file_digest
 from zoo.errors import ZooError
+from zoo.paths import cache_root, data_root
 
 log = logging.getLogger(__name__)
 

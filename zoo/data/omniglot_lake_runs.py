@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from zoo.data.base import data_root
 from zoo.data.characters import CharacterDataset, decode_all
 from zoo.data.download import missing
 from zoo.episode import Episode, episode_seed
 from zoo.errors import ZooError
+from zoo.paths import data_root
 
 NAME = "omniglot-lake-runs"
 URL = "https://github.com/brendenlake/omniglot/raw/master/python/one-shot-classification/all_runs.zip"

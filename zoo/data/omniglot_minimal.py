@@ -31,11 +31,11 @@ import os
 
 import torch
 
-from zoo.data.base import data_root
 from zoo.data.characters import CharacterDataset, random_affine
 from zoo.data.download import Resource
 from zoo.data.omniglot import cached_zip, find_archive, merge
 from zoo.errors import ZooError
+from zoo.paths import data_root
 
 URL = "https://raw.githubusercontent.com/brendenlake/omniglot/master/python/"
 RESOURCES = {

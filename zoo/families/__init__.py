@@ -17,11 +17,19 @@ Plugins import the bases from here (the modules above are their homes).
 """
 
 from zoo.families.gp import GPMethod
-from zoo.families.inner_loop import DIVERGED, InnerLoopMethod, learn2learn_algorithms, published_with_steps
+from zoo.families.inner_loop import (
+    DIVERGED,
+    LEARN2LEARN_INSTALL,
+    InnerLoopMethod,
+    learn2learn_algorithms,
+    published_with_steps,
+    require_learn2learn,
+)
 from zoo.families.last_layer import LastLayerMethod, linear_gaussian_marginals, weight_samples
 from zoo.families.latent_gaussian import LatentGaussianMethod
 from zoo.families.pretrained import ClassTable
 
-__all__ = ["DIVERGED", "ClassTable", "GPMethod", "InnerLoopMethod", "LastLayerMethod",
-           "LatentGaussianMethod", "learn2learn_algorithms", "linear_gaussian_marginals",
-           "published_with_steps", "weight_samples"]
+__all__ = ["DIVERGED", "LEARN2LEARN_INSTALL", "ClassTable", "GPMethod", "InnerLoopMethod",
+           "LastLayerMethod", "LatentGaussianMethod", "learn2learn_algorithms",
+           "linear_gaussian_marginals", "published_with_steps", "require_learn2learn",
+           "weight_samples"]

@@ -55,6 +55,24 @@ def published_with_steps(steps: int) -> dict[str, dict[int | None, dict[str, Any
             for p, t in PUBLISHED.items()}
 
 
+LEARN2LEARN_INSTALL = (
+    "pip install Cython && pip install --no-deps learn2learn==0.2.0 "
+    "--config-settings=--build-option=build_ext && pip install gym requests tqdm scipy")
+"""How learn2learn 0.2.0 installs on Python 3.11+ (``tools/install-learn2learn.sh`` in a source
+checkout): its sdist's generated C files do not compile there, so Cython regenerates them; it is
+installed without its declared extras (``qpth``, ``gsutil``: unused, and not installable as
+wheels), then with what ``import learn2learn`` needs."""
+
+
+def require_learn2learn(distribution: str) -> None:
+    """Raise :class:`ImportError` with the install command if learn2learn is missing (a plugin that
+    uses it calls this at load time, so that ``zoo plugins`` shows the remedy, not a first step's
+    traceback)."""
+    if find_spec("learn2learn") is None:
+        raise ImportError(f"{distribution} needs learn2learn, which is not installed; install it "
+                          f"with: {LEARN2LEARN_INSTALL}")
+
+
 def learn2learn_algorithms() -> ModuleType:
     """``learn2learn.algorithms``, imported on first use (learn2learn imports gym, slowly and
     noisily); plugins that use it check at load time that it is installed."""

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.cells import Cell, expand_cells
-from zoo.runner.executors import LocalExecutor, RayExecutor
+from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, RayExecutor
 from zoo.runner.storage import Results
 from zoo.runner.suite import (
     Suite,
@@ -27,6 +27,7 @@ from zoo.runner.suite import (
     apply_overrides,
     is_setting,
     load_suite,
+    missing_methods,
     select_methods,
 )
 from zoo.spec import parse_spec
@@ -71,9 +72,16 @@ def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[st
     setting_sets = [s for s in sets if is_setting(suite, s)]
     suite = apply_overrides(suite, setting_sets, [], registry)
     methods = [] if suite.settings["entry"] else select_methods(suite, only, registry=registry)
+    missing = {} if suite.settings["entry"] or only else missing_methods(suite, registry)
+    if missing:
+        by_distribution: dict[str, list[str]] = defaultdict(list)
+        for method, distribution in missing.items():
+            by_distribution[distribution].append(method)
+        log.warning("suite %s: skipping methods that are not installed: %s", name, "; ".join(
+            f"{', '.join(ms)} (pip install {d})" for d, ms in sorted(by_distribution.items())))
     suite = apply_overrides(suite, [s for s in sets if s not in setting_sets], methods, registry)
     if not suite.settings["entry"] and not methods:
-        raise SuiteError(f"suite {name!r} selects no method; install a method plugin "
+        raise SuiteError(f"{suite.where} selects no installed method; install a method plugin "
                          "(zoo methods lists the installed ones)")
     return suite, methods
 
@@ -133,12 +141,15 @@ def _code(result: dict[str, Any]) -> str:
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
-              force: bool = False, progress: bool = True,
-              registry: Registry | None = None) -> BenchOutcome:
+              force: bool = False, progress: bool = True, registry: Registry | None = None,
+              threads: int | str = DEFAULT_THREADS,
+              tensorboard: Path | None = None) -> BenchOutcome:
     """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed.
-    ``registry``: the plugin registry (default: this process's, :func:`zoo.plugins.registry`: this
-    is the bench entry, with the command line and :mod:`zoo.testing` the only code that fetches it).
-    """
+    ``threads``: intra-op threads per unit (``"auto"``: the cores shared among ``workers``), which
+    each result records. ``tensorboard``: a folder to write each training's curve into
+    (:mod:`zoo.runner.tensorboard`). ``registry``: the plugin registry (default: this
+    process's, :func:`zoo.plugins.registry`: this is the bench entry, with the command line and
+    :mod:`zoo.testing` the only code that fetches it)."""
     if executor not in ("local", "ray"):
         raise UnknownNameError("executor", executor, ["local", "ray"])
     if registry is None:
@@ -146,6 +157,10 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
 
         registry = process_registry()
     device = resolve_device(device, remote=executor == "ray" and address is not None)
+    if tensorboard is not None:
+        from zoo.runner import tensorboard as board
+
+        board.check_available()
     suite, method_names = prepare_suite(name, sets, methods, registry=registry)
     if suite.settings["entry"]:
         run_entry(suite, out, data_dir, device)
@@ -183,10 +198,18 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                    disable=not progress, file=sys.stderr)
         started = time.perf_counter()
 
+        by_hash = {c.hash: c for c in cells}
+        boarded: set[str] = set()
+
         def on_done(unit_outcomes: list[Outcome]) -> None:
             for o in unit_outcomes:
                 if o.result is not None:
                     results.add_result(o.result)
+                    cell = by_hash[o.cell_hash]
+                    if tensorboard is not None and cell.train_hash not in boarded:
+                        boarded.add(cell.train_hash)
+                        board.write_training(tensorboard, f"{cell.method}/{cell.train_hash[:12]}",
+                                             results.cell_dir(o.cell_hash) / "training.json")
                     outcome.finished.append(o)
                     task = registry.get("tasks", o.result.get("task", "classification"))
                     line = f"done   {o.label}: {task.view.done_line(o.result)}"
@@ -197,9 +220,9 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                 tqdm.write(line, file=sys.stderr)
 
         if executor == "ray":
-            runner: Any = RayExecutor(out, data_dir, device, workers, address)
+            runner: Any = RayExecutor(out, data_dir, device, workers, address, threads)
         else:
-            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets,
+            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads,
                                    registry=registry)
         try:
             runner.run(list(units.values()), on_done)

@@ -182,8 +182,9 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
         "selection": info["selection"], "skipped_steps": info["skipped_steps"],
         "training_steps": info.get("training_steps"),
         "counters": trained.method.counters(), "hparams": dict(trained.method.hparams),
-        "device": env["device"], "versions": env["versions"], "git_commit": env["git_commit"],
-        "config_hash": cell.hash, "config": cell.config(), "provenance": cell.provenance,
+        "device": env["device"], "threads": env["threads"], "versions": env["versions"],
+        "git_commit": env["git_commit"], "config_hash": cell.hash, "config": cell.config(),
+        "provenance": cell.provenance,
     }
     if cell.variant:
         result["variant"] = cell.variant

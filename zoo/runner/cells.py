@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.errors import HyperParameterError, ZooError
 from zoo.hparams import resolve_hparams
-from zoo.runner.suite import PER_DATASET, Suite, SuiteError, dataset_kernel, select_methods
+from zoo.runner.suite import (
+    PER_DATASET,
+    Suite,
+    SuiteError,
+    dataset_kernel,
+    missing_methods,
+    select_methods,
+)
 from zoo.spec import parse_spec
 from zoo.tasks.base import Task
 
@@ -142,8 +149,11 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 def expand_cells(suite: Suite, methods: Sequence[str], registry: Registry) -> list[Cell]:
     """Every cell of ``suite`` for ``methods``, in a fixed order (train data, shape, seed, method)."""
+    missing = missing_methods(suite, registry)
     for m in suite.method_overrides:
-        registry.get("methods", m)
+        if m not in missing and m not in registry.names("methods"):
+            raise SuiteError(f"{suite.where}: [methods.{m}]: no method {m!r} is installed, and "
+                             "it is not one of the zoo's (zoo methods lists the installed ones)")
     cells = []
     for s in suite.part_settings():
         cells += _part_cells(suite, s, methods, registry)
@@ -159,7 +169,7 @@ def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
     for m in methods:
         unused = sorted(set(suite.method_overrides.get(m, {}).get(PER_DATASET, {})) - known)
         if unused:
-            raise SuiteError(f"suite {suite.name!r}: [methods.{m}.{PER_DATASET}] names "
+            raise SuiteError(f"{suite.where}: [methods.{m}.{PER_DATASET}] names "
                              f"{unused}, which the suite does not train on; its training data "
                              f"sets are {sorted(trained)}")
 
@@ -179,13 +189,13 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
     suite_methods = select_methods(suite, registry=registry)
     declared = set().union(*(registry.get("methods", m).all_defaults() for m in suite_methods))
     unknown = sorted(set(s["hparams"]) - declared)
-    if unknown:
-        raise SuiteError(f"suite {suite.name!r}: hparams {unknown} belong to none of the methods "
+    if unknown and not missing_methods(suite, registry):  # else they may be a missing method's
+        raise SuiteError(f"{suite.where}: hparams {unknown} belong to none of the methods "
                          f"{suite_methods}")
     try:
         shapes = task.shapes(s)
     except ZooError as exc:
-        raise SuiteError(f"suite {suite.name!r}: {exc}") from None
+        raise SuiteError(f"{suite.where}: {exc}") from None
     cells = []
     for train in s["train_datasets"]:
         tests = s["test_datasets"] or [train]
@@ -201,7 +211,7 @@ def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
                         hparams = resolve_hparams(cls, given)
                         train_episodes = task.train_episodes(s["train_episodes"], shape)
                     except (HyperParameterError, ZooError) as exc:
-                        raise SuiteError(f"suite {suite.name!r}: {exc}") from None
+                        raise SuiteError(f"{suite.where}: {exc}") from None
                     if not task.supports(cls, hparams, shape):
                         log.info("suite %r: %s cannot run %s; left out", suite.name, m,
                                  task.label(shape))

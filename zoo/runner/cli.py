@@ -24,8 +24,18 @@ def _set_arg(p: argparse.ArgumentParser, what: str) -> None:
                    help=what)
 
 
+def _threads(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("a number of threads, or auto") from None
+
+
 def _bench_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("suite", nargs="?", default="quick", help="a suite name (zoo suites)")
+    p.add_argument("suite", nargs="?", default="quick",
+                   help="a suite name (zoo suites) or a suite file (PATH.toml)")
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default results/<suite>-<time>); re-use one to resume")
     _device_arg(p)
@@ -33,10 +43,18 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="a Ray cluster address (default: a local Ray); "
                    "--out must then be on a file system that every node sees")
     p.add_argument("--workers", type=int, default=1, help="cells run at once")
+    p.add_argument("--threads", type=_threads, default=1,
+                   help="intra-op threads per cell (default 1: the same numbers on any machine and "
+                   "for any --workers; a thread count changes the order of sums, so the numbers; "
+                   "auto: the cores shared among the workers); each result records it")
     p.add_argument("--methods", default=None, help="comma-separated subset of the suite's methods")
     _set_arg(p, "override a suite setting, METHOD.HYPERPARAMETER, or a hyper-parameter of every "
-                "selected method that has it (repeatable)")
+                "selected method that has it (repeatable); a list setting takes a TOML list or "
+                "comma-separated values: --set test_datasets=glyphs,digits --set ways=5,20")
     p.add_argument("--force", action="store_true", help="recompute the suite's cells")
+    p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                   help="write each training's curve (loss, validation score) to TensorBoard "
+                   "under DIR (needs the tensorboard extra)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -47,12 +65,13 @@ def bench_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.validate import check_settings
 
     check_settings({"workers": args.workers}, "--workers")
-    out = args.out or Path("results") / f"{args.suite}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or Path("results") / f"{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     methods = args.methods.split(",") if args.methods else None
     outcome = run_suite(args.suite, out=out, data_dir=args.data_dir, device=args.device,
                         executor=args.executor, address=args.address, workers=args.workers,
                         methods=methods, sets=args.sets, force=args.force,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, threads=args.threads,
+                        tensorboard=args.tensorboard)
     if not outcome.cells:
         print(f"experiment written to {out}")
         return 0

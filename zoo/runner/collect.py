@@ -80,6 +80,7 @@ class Entry:
                       **self.task.summarise(list(self.episodes.values())),
                       "seed_means": per_seed, "seed_mean": seed_mean, "seed_ci95": seed_ci,
                       "skipped_steps": round(sum(trained("skipped_steps"))),
+                      "threads": sorted({r.get("threads") for r in self.results}, key=str),
                       "temperature": float(np.mean(trained("temperature"))),
                       "train_seconds": float(np.mean(trained("train_seconds")))}
 

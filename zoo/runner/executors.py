@@ -1,8 +1,8 @@
 """Where units of work run: in this process (or a pool of local processes), or as Ray tasks.
 
 Both give identical results for the same suite: a unit seeds everything from its cell and runs
-with the same number of intra-op threads either way (``threads_per_unit``). With Ray the results
-folder must be on a file system that every node sees (cells write their own folders; only the
+with the same number of intra-op threads either way (:data:`DEFAULT_THREADS` unless chosen). With
+Ray the results folder must be on a file system that every node sees (cells write their own folders; only the
 driver writes ``results.jsonl``): the driver leaves a marker file there and every task checks that
 it sees it before it starts. A task whose node dies is retried on another (``RAY_RETRIES``): its
 units resume from their folders (finished ones are skipped), so a retried unit gives the same
@@ -75,12 +75,27 @@ def run_units_in_worker(units: Sequence[Sequence[Cell]], root: Path, *args: Any)
     return run_units(units, root, *args, registry=registry())
 
 
+DEFAULT_THREADS = 1
+"""Intra-op threads per unit unless ``--threads`` says otherwise: the thread count changes the
+order of floating-point sums and so the numbers, and one thread gives the same numbers for a cell
+on every machine and for every ``--workers`` (``make bench`` runs 2 workers of one thread)."""
+
+
+def resolve_threads(threads: int | str, workers: int) -> int:
+    """``threads`` as given (an int >= 1), or ``"auto"``: :func:`threads_per_unit`."""
+    if threads == "auto":
+        return threads_per_unit(workers)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ZooError(f"--threads {threads!r}: give a number of threads >= 1 or auto")
+    return threads
+
+
 def threads_per_unit(workers: int) -> int:
-    """Intra-op threads per unit: the cores this process may run on (its CPU affinity, so that
-    ``taskset -c 0 zoo bench ...`` means one thread), shared among the workers, and at most
-    ``OMP_NUM_THREADS`` where that is set (as torch itself honours it): on a shared machine a
-    unit that spreads over every core while other jobs hold them waits at each parallel region,
-    several times slower than one thread (``benchmarks/cards/omniglot-minimal.md``)."""
+    """Intra-op threads per unit under ``--threads auto``: the cores this process may run on (its CPU
+    affinity, so that ``taskset -c 0 zoo bench ...`` means one thread), shared among the
+    workers, and at most ``OMP_NUM_THREADS`` where that is set (as torch itself honours it): on
+    a shared machine a unit that spreads over every core while other jobs hold them waits at
+    each parallel region, several times slower than one thread (``benchmarks/cards/omniglot-minimal.md``)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     share = max(1, (cores or 1) // max(1, workers))
     limit = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -167,16 +182,17 @@ class LocalExecutor:
     a pool of processes, one group per worker at a time."""
 
     def __init__(self, root: Path, data_dir: str | None, device: str, workers: int = 1,
-                 progress: bool = True, datasets: DatasetCache | None = None, *,
-                 registry: Registry):
+                 progress: bool = True, datasets: DatasetCache | None = None,
+                 threads: int | str = DEFAULT_THREADS, *, registry: Registry):
         """``registry``: the plugins of this process, for units run in it (``workers=1``); a
         worker process of the pool loads its own."""
         self.root, self.data_dir, self.device = root, data_dir, device
         self.workers, self.progress, self.datasets = max(1, workers), progress, datasets
+        self.threads = resolve_threads(threads, self.workers)
         self.registry = registry
 
     def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
-        threads = threads_per_unit(self.workers)
+        threads = self.threads
         pace = Pace(units, self.workers)
         if self.workers == 1:
             while group := pace.take():
@@ -231,19 +247,20 @@ class RayExecutor:
     """Units as Ray tasks (one GPU each when cells run on CUDA), on a local Ray or at ``address``."""
 
     def __init__(self, root: Path, data_dir: str | None, device: str, workers: int = 1,
-                 address: str | None = None):
+                 address: str | None = None, threads: int | str = DEFAULT_THREADS):
         self.root, self.data_dir, self.device = root, data_dir, device
         self.workers, self.address = max(1, workers), address
+        self.threads = resolve_threads(threads, self.workers)
 
     def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
         try:
             import ray
         except ImportError as exc:
-            raise ZooError("--executor ray needs Ray: pip install 'zoo[ray]'") from exc
+            raise ZooError("--executor ray needs Ray: pip install 'bayes-meta-zoo[ray]'") from exc
         if self.device.startswith("cuda:"):
             raise ZooError(f"--device {self.device}: with --executor ray give --device cuda; Ray "
                            "gives each unit a GPU of its own (CUDA_VISIBLE_DEVICES)")
-        threads = threads_per_unit(self.workers)
+        threads = self.threads
         started = not ray.is_initialized()
         if started:
             if self.address:

@@ -42,6 +42,8 @@ def _cell_text(report: Report, method: str, s: Any, latex: bool = False) -> str:
                  f"{scale * row['seed_ci95']:.{view.digits}f}]")
     if row.get("skipped_steps"):
         text += f" [{row['skipped_steps']} steps skipped]"
+    if len(row.get("threads", ())) > 1:  # one number from runs that need not agree
+        text += f" [mixed threads: {', '.join(map(str, row['threads']))}]"
     return text + (" (some seeds FAILED)" if row["status"] == "partly failed" else "")
 
 
@@ -67,8 +69,24 @@ def markdown(report: Report) -> str:
         lines = [f"### {kind}\n"] if len(kinds) > 1 else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
-        parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].view.table_note + "\n")
+        parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].view.table_note
+                     + threads_note(report, kind) + "\n")
     return "\n".join(parts)
+
+
+def threads_note(report: Report, kind: str) -> str:
+    """A sentence when the cells of a table were made with different intra-op thread counts
+    (which change the order of floating-point sums, so the numbers); else nothing."""
+    counts: dict[str, int] = {}
+    for (_, s), entry in report.entries.items():
+        if s[0] == kind and entry.results:
+            for t in entry.summary().get("threads", ()):
+                counts[str(t)] = counts.get(str(t), 0) + 1
+    if len(counts) < 2:
+        return ""
+    listed = ", ".join(f"{t} ({n} cells)" for t, n in sorted(counts.items()))
+    return (f" Cells were made with different intra-op thread counts: {listed} (None: not "
+            "recorded); numbers made with other counts can differ (zoo bench --threads).")
 
 
 def latex(report: Report) -> str:

@@ -617,6 +617,8 @@ def versions(registry: Registry) -> dict[str, Any]:
     (its record)."""
     import importlib.metadata as md
 
+    from zoo.hookspecs import DISTRIBUTION
+
     def version(dist: str) -> str | None:
         try:
             return md.version(dist)
@@ -625,7 +627,7 @@ def versions(registry: Registry) -> dict[str, Any]:
 
     return {"python": platform.python_version(), "torch": version("torch"),
             "pyro": version("pyro-ppl"), "learn2learn": version("learn2learn"),
-            "zoo": version("zoo"),
+            "zoo": version(DISTRIBUTION),
             "plugins": {r.name: r.version for r in registry.plugins if r.name != "zoo"}}
 
 

@@ -33,6 +33,12 @@ A suite is a TOML file (or a dict a plugin registers) with these tables::
     [references.omniglot-small1] # published numbers shown next to ours in the report
     "BPL (Lake et al. 2015)" = 4.3
 
+A list setting given as text is split at its top-level commas (``--set test_datasets=glyphs,digits``
+is ``["glyphs", "digits"]``, ``--set ways=5,20`` is ``[5, 20]``; a comma inside a spec's brackets
+stays). A suite runs the methods that are installed: one of the zoo's own methods that a suite
+names but that is not installed is skipped and named with the distribution that provides it, and
+only the ``[methods.NAME]`` tables of installed methods are checked.
+
 or, instead of cells, ``entry = "module:function"``: the function runs the whole experiment as
 ``function(out_dir, data_dir, device, settings)``. :mod:`zoo.runner.cells` expands a suite into
 cells.
@@ -50,9 +56,10 @@ from typing import TYPE_CHECKING, Any
 
 import tomllib
 
+from zoo.catalogue import methods_of_kind, providing_distribution
 from zoo.errors import UnknownNameError
 from zoo.runner.validate import check_settings
-from zoo.spec import SpecError, parse_spec, parse_value
+from zoo.spec import SpecError, parse_list, parse_spec, parse_value
 
 if TYPE_CHECKING:
     from zoo.plugins import Registry
@@ -115,6 +122,11 @@ class Suite:
         """The settings of each part (``[[part]]`` tables override ``[suite]``), or the suite's."""
         return [{**self.settings, **p} for p in self.parts] or [self.settings]
 
+    @property
+    def where(self) -> str:
+        """How errors name the suite: its name and the file (or plugin) it comes from."""
+        return f"suite {self.name!r} ({self.source})" if self.source else f"suite {self.name!r}"
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -124,9 +136,17 @@ def suite_names(registry: Registry) -> list[str]:
 
 
 def load_suite(name: str, registry: Registry) -> Suite:
-    """The registered suite ``name`` (built-in TOML or a plugin's), validated."""
+    """The registered suite ``name`` (built-in TOML or a plugin's), or the suite file at the path
+    ``name`` (ending in ``.toml``; its name is the file's stem), validated."""
     reg = registry
-    spec = reg.get("suites", name)
+    if name.endswith(".toml"):
+        spec: Any = Path(name)
+        if not spec.is_file():
+            raise SuiteError(f"suite file {name}: no such file (a registered suite is named without "
+                             ".toml: zoo suites lists them)")
+        name = spec.stem
+    else:
+        spec = reg.get("suites", name)
     if isinstance(spec, Mapping):
         raw, source = dict(spec), f"plugin {reg.owner('suites', name)!r}"
     else:
@@ -152,7 +172,7 @@ def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "", *,
     except UnknownNameError as exc:
         raise SuiteError(f"suite {name!r} ({source}): {exc}") from None
     settings = {**SETTINGS, **task.settings}
-    where = f"suite {name!r}"
+    where = f"suite {name!r} ({source})" if source else f"suite {name!r}"
     for key, value in given.items():
         if key == "name":
             if value != name:
@@ -185,8 +205,11 @@ PER_DATASET = "kernel_per_dataset"
 
 def _check_kernel_table(method: str, table: Any, where: str, registry: Registry
                         ) -> dict[str, str]:
-    """``{data set: kernel spec}`` for a method that uses a kernel, every kernel registered."""
+    """``{data set: kernel spec}`` for a method that uses a kernel, every kernel registered (a
+    method of the zoo's that is not installed keeps its table unchecked: it does not run)."""
     reg = registry
+    if method not in reg.names("methods") and providing_distribution(method):
+        return dict(table) if isinstance(table, Mapping) else table
     try:
         cls = reg.get("methods", method)
     except UnknownNameError as exc:
@@ -219,6 +242,8 @@ def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -
         raise SuiteError(f"{where}: unknown setting {key!r}; settings of a {known['task']} suite "
                          f"are: {', '.join(sorted(known))}")
     default = SETTINGS.get(key, known[key])
+    if isinstance(default, list) and isinstance(value, str) and key != "methods":
+        value = parse_list(value)
     if isinstance(default, list) and not isinstance(value, list):
         value = [value]
     if key == "methods" and isinstance(value, str) and value != "*":
@@ -273,6 +298,9 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
             continue
         if "." in key:
             method, hparam = key.split(".", 1)
+            if method not in reg.names("methods") and providing_distribution(method):
+                raise SuiteError(f"--set {key}: method {method!r} is not installed: pip install "
+                                 f"{providing_distribution(method)}")
             cls = reg.get("methods", method)
             if hparam == "kernel" and cls.uses_kernel:  # a kernel spec for this method alone
                 overrides.setdefault(method, {})[hparam] = str(value)
@@ -302,19 +330,30 @@ def is_setting(suite: Suite, assignment: str) -> bool:
 def select_methods(suite: Suite, only: Iterable[str] | None = None, *,
                    registry: Registry) -> list[str]:
     """The suite's methods (``"*"``: every registered method of the suite's task kind), filtered by
-    ``only``. A named method of another kind, or one that does not implement its kind's
-    interface, is an error saying what to do."""
+    ``only``; the zoo's methods that the suite names but that are not installed are left out
+    (:func:`missing_methods` names them). A named method of another kind, or one that does not
+    implement its kind's interface, is an error saying what to do; so is a name in ``only`` that is
+    not installed (with the distribution to install, if it is one of the zoo's)."""
     reg = registry
     kind = suite.settings["task"]
     task = reg.get("tasks", kind)
     wanted = suite.settings["methods"]
+    installed = set(reg.names("methods"))
     if wanted == "*":
         names = sorted(n for n, c in reg.items("methods").items()
                        if getattr(c, "task", None) == kind)
     else:
-        names = list(wanted)
+        unknown = [n for n in wanted if n not in installed and not providing_distribution(n)]
+        if unknown:
+            raise SuiteError(f"{suite.where}: methods {unknown} are not installed and not the "
+                             f"zoo's; installed: {', '.join(sorted(installed))}")
+        names = [n for n in wanted if n in installed]
     only = [o.strip() for o in only or () if o.strip()]
-    for n in [*names, *(o for o in only if o in reg.names("methods"))]:
+    for o in only:
+        if o not in installed and providing_distribution(o):
+            raise SuiteError(f"method {o!r} is not installed: pip install "
+                             f"{providing_distribution(o)}")
+    for n in [*names, *(o for o in only if o in installed)]:
         cls = reg.get("methods", n)
         if getattr(cls, "task", None) != kind:
             raise SuiteError(
@@ -328,3 +367,19 @@ def select_methods(suite: Suite, only: Iterable[str] | None = None, *,
                 raise UnknownNameError(f"method for suite {suite.name!r}:", o, names)
         names = [n for n in names if n in only]
     return names
+
+
+def missing_methods(suite: Suite, registry: Registry) -> dict[str, str]:
+    """``{method: distribution}`` of the zoo's methods that the suite names (in its ``methods``,
+    its ``[methods.NAME]`` tables or its parts' ``methods``; ``"*"``: every one of its task kind)
+    but that are not installed."""
+    reg = registry
+    named = [*suite.method_overrides]
+    if suite.settings["methods"] == "*":
+        named += methods_of_kind(suite.settings["task"])
+    for s in suite.part_settings():
+        if s["methods"] != "*":
+            named += s["methods"]
+    installed = set(reg.names("methods"))
+    return {m: providing_distribution(m) for m in sorted(set(named))
+            if m not in installed and providing_distribution(m)}

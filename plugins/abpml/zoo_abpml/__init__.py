@@ -24,7 +24,6 @@ benchmarks/cards/abpml.md).
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,15 +33,13 @@ from torch import Tensor, nn
 import zoo
 from zoo import Episode, HParam, Prediction, check_finite
 from zoo.backbones import Backbone
-from zoo.families import DIVERGED, InnerLoopMethod, learn2learn_algorithms
+from zoo.families import DIVERGED, InnerLoopMethod, learn2learn_algorithms, require_learn2learn
 from zoo_abpml.prototypes import AGGREGATIONS, aggregate, log_density, task_prior_kl
 
 if TYPE_CHECKING:
     import learn2learn as l2l
 
-if find_spec("learn2learn") is None:  # fail at plugin load, with the remedy, not at first use
-    raise ImportError("learn2learn is not installed; `make venv` installs it (see "
-                      "../shared/INSTALL-NOTES.md)")
+require_learn2learn("bayes-meta-zoo-abpml")
 
 #: Appendix C of the thesis: protocol -> way -> inner-loop settings and meta-batch.
 PUBLISHED = {

@@ -17,7 +17,6 @@ The inner-loop base, the published settings of each protocol and ``meta_batch`` 
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -27,16 +26,18 @@ from torch import Tensor, nn
 import zoo
 from zoo import Episode, Prediction, check_finite
 from zoo.backbones import Backbone
-from zoo.families import DIVERGED, InnerLoopMethod, learn2learn_algorithms, published_with_steps
+from zoo.families import (
+    DIVERGED,
+    InnerLoopMethod,
+    learn2learn_algorithms,
+    published_with_steps,
+    require_learn2learn,
+)
 
 if TYPE_CHECKING:
     import learn2learn as l2l
 
-if find_spec("learn2learn") is None:  # fail at plugin load, with the remedy, not at first use
-    raise ImportError("learn2learn is not installed; its 0.2.0 sdist only builds when Cython "
-                      "regenerates its C files: pip install --no-deps learn2learn==0.2.0 "
-                      "--config-settings=--build-option=build_ext && pip install gym requests tqdm "
-                      "scipy (`make venv` does this)")
+require_learn2learn("bayes-meta-zoo-maml")
 
 
 def _adapt(learner: l2l.algorithms.BaseLearner, support: Tensor, episode: Episode, steps: int,

@@ -27,7 +27,7 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "seeds": [0, 1, 2, 3, 4], "train_episodes": {"1": 60000, "5": 40000}, "val_episodes": 100,
     "val_every": 1000, "test_episodes": 600, "checkpoint_every": 500, "requires": ["cuda"],
 }
-"""The settings of ``benchmarks/suites/paper.toml`` for CUB (Patacchiola et al. 2020; the MD-BFSC
+"""The settings of ``zoo/suites/paper.toml`` for CUB (Patacchiola et al. 2020; the MD-BFSC
 paper follows them): 600 / 400 epochs of 100 episodes for 1 / 5 shots, 600 test episodes x 5
 seeds."""
 
