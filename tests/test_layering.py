@@ -8,7 +8,7 @@ counts as an import of ``zoo.a`` as well.
 The layers, from the bottom (a module belongs to the longest name below that is, or contains, it):
 
     foundations          the package's own names (imported when first used), errors, spec,
-                         hparams, atomic io, seeds
+                         hparams, atomic io, paths, seeds
     mathematics          the algebra the families share (``zoo.inference``), kernels, gram, gp,
                          jitter and the finite-value checks, gaussians, variational, polyagamma,
                          stein, expectations, control variates, metrics;
@@ -18,10 +18,11 @@ The layers, from the bottom (a module belongs to the longest name below that is,
     task kinds           what an episode is, what a method returns, checks, scores, the
                          validation key, the figures as data
     methods              the method bases and their families, the baselines
-    plugin host          hookspecs, the registry, the built-ins
+    plugin host          hookspecs, the registry, the built-ins, the catalogue of the zoo's
+                         distributions
     runner               suites, cells, training, results, reports, figures; the test helpers and
                          Bayesian optimisation, which run cells
-    command line         ``zoo ...`` and the runner's commands
+    command line         ``zoo ...``, the runner's commands and the listings they print
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ ROOT = Path(zoo.__file__).parent
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("zoo", "zoo._lazy", "zoo.errors", "zoo.spec", "zoo.hparams", "zoo.io",
-                     "zoo.seeds")),
+                     "zoo.paths", "zoo.seeds")),
     ("mathematics", ("zoo.inference", "zoo.kernels", "zoo.gram", "zoo.gp", "zoo.jitter", "zoo.gaussians",
                      "zoo.variational", "zoo.polyagamma", "zoo.stein", "zoo.stein_kernels",
                      "zoo.expectations", "zoo.control_variates", "zoo.metrics", "zoo.batching",
@@ -44,9 +45,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("task kinds", ("zoo.tasks",)),
     ("methods", ("zoo.method", "zoo.tasks.methods", "zoo.families", "zoo.baselines",
                  "zoo.control_variates.methods")),
-    ("plugin host", ("zoo.hookspecs", "zoo.plugins", "zoo.builtins")),
+    ("plugin host", ("zoo.hookspecs", "zoo.plugins", "zoo.builtins", "zoo.catalogue")),
     ("runner", ("zoo.runner", "zoo.testing", "zoo.bayesopt")),
-    ("command line", ("zoo.cli", "zoo.runner.cli")),
+    ("command line", ("zoo.cli", "zoo.runner.cli", "zoo.listing")),
 ]
 
 
@@ -179,6 +180,7 @@ def test_imports_flow_downward():
 FETCH_THE_REGISTRY = {
     "zoo.plugins": "where it is kept",
     "zoo.cli": "the command line", "zoo.runner.cli": "the command line",
+    "zoo.listing": "the command line's listings",
     "zoo.runner.bench": "the bench entry (run_suite)",
     "zoo.runner.executors": "the entry of a bench's worker process",
     "zoo.bayesopt": "a suite's entry function, which runs a whole experiment",
