@@ -6,10 +6,12 @@ registered before failing is kept. ``ZOO_STRICT_PLUGINS=1`` turns any failure in
 
 Names are never resolved by load order. The zoo's built-ins keep their names; a name claimed by
 two plugins goes to neither, and both are refused with an error that names both distributions.
-Nothing a process can see tells the genuine claimant from the impostor: entry-point names are
-chosen by whoever publishes the plugin (the old "first in sort order wins" let ``aaa`` take
-``protonet``), and install times change with every upgrade or reinstall. Refusing both makes a
-collision loud and leaves the choice to the user (uninstall one, or ``ZOO_DISABLE_PLUGINS``).
+So does an entry-point name that two distributions publish (an impostor ``protonet`` beside the
+genuine one): neither is loaded, and ``zoo plugins`` lists both with that error. Nothing a
+process can see tells the genuine claimant from the impostor: entry-point names are chosen by
+whoever publishes the plugin (the old "first in sort order wins" let ``aaa`` take ``protonet``),
+and install times change with every upgrade or reinstall. Refusing both makes a collision loud
+and leaves the choice to the user (uninstall one, or ``ZOO_DISABLE_PLUGINS``).
 
 :meth:`Registry.provenance` says which distribution, version and code (a SHA-256 over the source
 files of the providing packages) stands behind a name, so that results can carry it.
@@ -191,14 +193,13 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
 
     eps = md.entry_points(group=hookspecs.ENTRY_POINT_GROUP) if entry_points is None else entry_points
     staged: list[tuple[PluginRecord, ModuleType, dict[str, dict[str, Any]]]] = []
-    seen: set[str] = set()
-    for ep in sorted(eps, key=lambda e: e.name):
-        if ep.name in seen:
-            continue
-        seen.add(ep.name)
+    for ep, rivals in _by_name(eps):
         dist = getattr(ep, "dist", None)
         record = PluginRecord(ep.name, dist.name if dist else None, dist.version if dist else None)
         reg.plugins.append(record)
+        if rivals:
+            record.error = _shadowed(ep, rivals)
+            continue
         if ep.name in blocked:
             record.disabled = True
             continue
@@ -231,6 +232,35 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
                 raise PluginError(f"plugin {record.name!r} failed ({record.error}); "
                                   "unset ZOO_STRICT_PLUGINS to skip it instead")
     return reg
+
+
+def _by_name(eps: Iterable[md.EntryPoint]) -> list[tuple[md.EntryPoint, list[md.EntryPoint]]]:
+    """Each entry point in name order with the others of its name from other distributions (or
+    with other targets): an entry-point name claimed twice goes to neither, like a component's
+    name. The same distribution seen twice (two paths to one installation) is one claim."""
+    groups: dict[str, list[md.EntryPoint]] = {}
+    for ep in eps:
+        same = groups.setdefault(ep.name, [])
+        if not any(_claimant(ep) == _claimant(other) for other in same):
+            same.append(ep)
+    return [(ep, [o for o in groups[name] if o is not ep])
+            for name in sorted(groups) for ep in groups[name]]
+
+
+def _claimant(ep: md.EntryPoint) -> tuple[str | None, str]:
+    dist = getattr(ep, "dist", None)
+    return (dist.name if dist else None), ep.value
+
+
+def _shadowed(ep: md.EntryPoint, rivals: list[md.EntryPoint]) -> str:
+    def who(e: md.EntryPoint) -> str:
+        dist = getattr(e, "dist", None)
+        return (f"distribution {dist.name} {dist.version}" if dist else "no distribution") + \
+            f", module {e.value}"
+
+    both = " and ".join(f"({who(e)})" for e in [ep, *rivals])
+    return (f"the plugin name {ep.name!r} is claimed by {both}; neither is loaded. Uninstall one "
+            "of them (pip uninstall DISTRIBUTION)")
 
 
 def _clash(reg: Registry, record: PluginRecord, entries: dict[str, dict[str, Any]],
