@@ -188,7 +188,7 @@ def test_provenance_names_the_distribution_and_digests_the_code(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     eps = [md.EntryPoint("copy", "zt_copy", "zoo.plugins")]
     first = plugins.load(entry_points=eps).provenance("methods", "good-method")["digest"]
-    plugins._digest.cache_clear()
+    plugins.code_digest.cache_clear()
     (pkg / "extra.py").write_text("X = 1\n")
     second = plugins.load(entry_points=eps).provenance("methods", "good-method")["digest"]
     assert first != second
