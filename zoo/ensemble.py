@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from zoo.episode import Episode
-from zoo.method import Prediction
+from zoo.tasks.classification import Prediction
 
 
 class Ensemble(nn.Module):

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
@@ -21,6 +21,7 @@ from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.cells import Cell, expand_cells
 from zoo.runner.ensembles import ensemble_cell, ensemble_groups, run_ensembles
 from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, RayExecutor
+from zoo.runner.provenance import SHORT, other_code
 from zoo.runner.storage import Results
 from zoo.runner.suite import (
     Suite,
@@ -32,6 +33,9 @@ from zoo.runner.suite import (
     select_methods,
 )
 from zoo.spec import parse_spec
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +66,14 @@ def resolve_device(device: str, remote: bool = False) -> str:
 
 
 def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[str] | None = None,
-                  registry: Any = None) -> tuple[Suite, list[str]]:
+                  *, registry: Registry) -> tuple[Suite, list[str]]:
     """The suite (a registered name, or a :class:`Suite`) with ``--set`` applied and the methods
     it will run."""
-    if registry is None:
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
     suite = name if isinstance(name, Suite) else load_suite(name, registry)
     name = suite.name
     setting_sets = [s for s in sets if is_setting(suite, s)]
     suite = apply_overrides(suite, setting_sets, [], registry)
-    methods = [] if suite.settings["entry"] else select_methods(suite, only, registry)
+    methods = [] if suite.settings["entry"] else select_methods(suite, only, registry=registry)
     missing = {} if suite.settings["entry"] or only else missing_methods(suite, registry)
     if missing:
         by_distribution: dict[str, list[str]] = defaultdict(list)
@@ -135,22 +135,25 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
 
 
 def _code(result: dict[str, Any]) -> str:
+    """What code made ``result``, and why it is not the code installed now."""
     p = result["config"].get("provenance") or {}
-    return (f"{p.get('distribution')} {p.get('version')}, code {str(p.get('digest'))[:12]}"
+    made = (f"{p.get('distribution')} {p.get('version')}, code {str(p.get('digest'))[:SHORT]}"
             if p else "code of unknown provenance")
+    return f"{made}: {other_code(p) or 'recorded otherwise than the installed code'}"
 
 
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
-              force: bool = False, progress: bool = True, registry: Any = None,
+              force: bool = False, progress: bool = True, registry: Registry | None = None,
               threads: int | str = DEFAULT_THREADS,
               tensorboard: Path | None = None) -> BenchOutcome:
     """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed.
     ``threads``: intra-op threads per unit (``"auto"``: the cores shared among ``workers``), which
     each result records. ``tensorboard``: a folder to write each training's curve into
     (:mod:`zoo.runner.tensorboard`). ``registry``: the plugin registry (default: this
-    process's)."""
+    process's, :func:`zoo.plugins.registry`: this is the bench entry, with the command line and
+    :mod:`zoo.testing` the only code that fetches it)."""
     if executor not in ("local", "ray"):
         raise UnknownNameError("executor", executor, ["local", "ray"])
     if registry is None:
@@ -162,7 +165,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         from zoo.runner import tensorboard as board
 
         board.check_available()
-    suite, method_names = prepare_suite(name, sets, methods, registry)
+    suite, method_names = prepare_suite(name, sets, methods, registry=registry)
     if suite.settings["entry"]:
         run_entry(suite, out, data_dir, device)
         return BenchOutcome(out)
@@ -184,8 +187,8 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
             made_by = sorted({f"{r['method']} ({_code(r)})" for r in stale})
             log.warning("%s: %d finished cell(s) of suite %s were made by other code than is "
                         "installed now: %s. They are not reused (their cells run again) and the "
-                        "report shows the new results; rerun with --force to delete the old ones.",
-                        out, len(stale), suite.name, ", ".join(made_by))
+                        "report shows only the results of the installed code; rerun with --force "
+                        "to delete the old ones.", out, len(stale), suite.name, "; ".join(made_by))
         results.save_suite(suite.to_json())
         outcome = BenchOutcome(out, cells)
         todo = [c for c in cells if not results.is_done(c.hash)]
@@ -213,7 +216,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                                              results.cell_dir(o.cell_hash) / "training.json")
                     outcome.finished.append(o)
                     task = registry.get("tasks", o.result.get("task", "classification"))
-                    line = f"done   {o.label}: {task.done_line(o.result)}"
+                    line = f"done   {o.label}: {task.view.done_line(o.result)}"
                 else:
                     outcome.failed.append(o)
                     line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"
@@ -223,7 +226,8 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         if executor == "ray":
             runner: Any = RayExecutor(out, data_dir, device, workers, address, threads)
         else:
-            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads)
+            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads,
+                                   registry=registry)
         try:
             runner.run(list(units.values()), on_done)
             groups = ensemble_groups(cells)

@@ -17,7 +17,7 @@ import gc
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from zoo.errors import ZooError
 from zoo.metrics import seed_mean_ci
-from zoo.runner.cells import code_free_hash, row_name
+from zoo.runner.cells import row_name
+from zoo.runner.provenance import other_code
 from zoo.runner.storage import Results
 from zoo.tasks.base import Task
 
@@ -118,6 +120,9 @@ class Report:
     error_settings: set[Setting]
     references: dict[Setting, dict[str, float]]
     tasks: dict[str, Task]
+    other_code: dict[str, int] = field(default_factory=dict)
+    """Results not shown because other code than is installed made them: how many, by
+    ``"METHOD (why)"``."""
 
     def label(self, s: Setting) -> str:
         kind, train, test, column = s
@@ -147,7 +152,7 @@ class Report:
                     common = sorted(set(ea) & set(eb))
                     if len(common) < 2:
                         continue
-                    key = task.paired_key
+                    key = task.view.paired_key
                     seeds = sorted({k[0] for k in common})
                     if len(seeds) > 1:
                         diff, ci = seed_paired_difference(
@@ -181,16 +186,20 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_report(root: Path, registry: Any = None) -> Report:
+TaskKinds = Callable[[str], Task]
+"""The task kind of a name (as ``lambda name: registry.get("tasks", name)``)."""
+
+
+def load_report(root: Path, kinds: TaskKinds | None = None) -> Report:
     """Read a results folder (validated first: a corrupt file is named, nothing is changed).
-    ``registry`` gives the task kinds; by default the built-in kinds are taken as they are and
-    the process's plugins are loaded only for a kind of theirs (their imports, torch's among
-    them, take seconds that reading results does not need)."""
+    ``kinds`` gives the task kinds of its results; by default the built-in ones
+    (:func:`builtin_kind`), which need no plugins (their imports, torch's among them, take
+    seconds that reading results does not need)."""
     with cyclic_gc_paused():
-        return _load_report(root, registry)
+        return _load_report(root, kinds or builtin_kind)
 
 
-def _load_report(root: Path, registry: Any) -> Report:
+def _load_report(root: Path, kinds: TaskKinds) -> Report:
     results = Results.open(root, create=False, keep_records=True)
     entries: dict[tuple[str, Setting], Entry] = {}
     tasks: dict[str, Task] = {}
@@ -198,7 +207,7 @@ def _load_report(root: Path, registry: Any) -> Report:
     def where(line: dict[str, Any]) -> tuple[str, Setting]:
         kind = line.get("task", "classification")
         if kind not in tasks:
-            tasks[kind] = task_kind(kind, registry)
+            tasks[kind] = kinds(kind)
         s = (kind, line["train_dataset"], line["dataset"], tasks[kind].setting(line))
         return row_name(line["method"], line.get("variant", "")), s
 
@@ -207,20 +216,30 @@ def _load_report(root: Path, registry: Any) -> Report:
         return entries.setdefault((method, s), Entry(method, s, tasks[s[0]]))
 
     done = set()
-    finished = results.finished()
-    code_free = [code_free_hash(r["config"]) for r in finished]
-    latest = dict(zip(code_free, (r["config_hash"] for r in finished)))  # later lines win
+    # only results of the code installed now: another version of a method (or of the core)
+    # is named, kept on disk and not shown, whatever the order its lines were written in
+    why: dict[str, str | None] = {}
+    other: dict[str, list[str]] = defaultdict(list)
     # one result per row, setting, seed and query count: a later run of the same cell with
     # another configuration (e.g. --set train_episodes=...) replaces the earlier one, whose
     # episodes would otherwise be mixed with its own under the same keys
     shown: dict[tuple[Any, ...], dict[str, Any]] = {}
     current = 0
-    for r, key in zip(finished, code_free):
+    for r in results.finished():
         done.add(r["config_hash"])
-        if latest[key] != r["config_hash"]:
-            continue  # made by an older version of the method: kept on disk, not shown
+        provenance = r["config"].get("provenance")
+        key = json.dumps(provenance, sort_keys=True)
+        if key not in why:
+            why[key] = other_code(provenance)
+        if why[key] is not None:
+            other[f"{r['method']} ({why[key]})"].append(r["config_hash"])
+            continue
         current += 1
         shown[(*where(r), r["seed"], r.get("query"))] = r
+    if other:
+        log.warning("%s: %d result(s) made by other code than is installed are not shown: %s. "
+                    "Run their suite again to compute them with the installed code", root,
+                    sum(map(len, other.values())), "; ".join(sorted(other)))
     superseded = current - len(shown)
     if superseded:
         log.warning("%s: %d result(s) replaced by later results of the same method, setting, "
@@ -258,21 +277,20 @@ def _load_report(root: Path, registry: Any) -> Report:
                     error_settings.add(s)
                 if s[1] in suite.get("references", {}):
                     references[s] = suite["references"][s[1]]
-    return Report(entries, settings, methods, error_settings, references, tasks)
+    return Report(entries, settings, methods, error_settings, references, tasks,
+                  {k: len(v) for k, v in sorted(other.items())})
 
 
-def task_kind(name: str, registry: Any = None) -> Task:
-    """The task kind ``name`` from ``registry``; by default a built-in kind without loading the
-    plugins (no plugin can take a built-in kind's name), else from the process's registry."""
-    if registry is None:
-        from zoo.tasks import BUILTIN
+def builtin_kind(name: str) -> Task:
+    """The built-in task kind ``name``, without loading the plugins (no plugin can take a
+    built-in kind's name); a kind of a plugin's is an error saying how to read its results."""
+    from zoo.tasks import BUILTIN
 
-        if name in BUILTIN:
-            return BUILTIN[name]()
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
-    return registry.get("tasks", name)
+    if name not in BUILTIN:
+        raise ZooError(f"results of task kind {name!r}, which is not built in ({', '.join(BUILTIN)}): "
+                       "read them with the kinds of the plugin registry, load_report(root, lambda "
+                       "name: registry.get('tasks', name)), as `zoo report` does")
+    return BUILTIN[name]()
 
 
 def inner_curves(entry: Entry) -> np.ndarray | None:

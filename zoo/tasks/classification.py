@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,42 +43,44 @@ from zoo.tasks.base import (
     ReportMetric,
     Shape,
     Task,
+    TaskView,
     episode_means,
     numbers,
     per_episode,
     pooled,
     probabilities_problem,
 )
+from zoo.tasks.figures import Coverage, Reliability
 
 if TYPE_CHECKING:
     import torch
+    from torch import Tensor
 
     from zoo.data.base import FewShotDataset
     from zoo.episode import Episode
-    from zoo.method import Method, Prediction
+    from zoo.method import Method
+
+
+@dataclass
+class Prediction:
+    """What a classification method returns. ``probs``: ``[Q, way]``, rows sum to one.
+    ``extras``: optional method-specific outputs, e.g. ``"inner_objective"`` (a list, one value
+    per inner step, for convergence plots) and ``"uncertainty"`` (``[Q]``, higher: less sure;
+    what :attr:`zoo.Method.uncertainty_name` says), which scores the detection of unknown-class
+    queries beside the entropy."""
+
+    probs: Tensor
+    extras: dict[str, Any] = field(default_factory=dict)
+
 
 DETECTORS = ("entropy", "maxprob", "uncertainty")
 """The scores of "unknown" whose AUROC and AUPR are recorded: predictive entropy, one minus the
 maximum probability, and the method's own uncertainty (where it declares one)."""
 
 
-class Classification(Task):
-    """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
+class ClassificationView(TaskView):
+    """How classification results are shown."""
 
-    name = "classification"
-    method_base = "zoo.method:Method"
-    data_base = "zoo.data.base:FewShotDataset"
-    data_what = "a few-shot classification data set"
-    data_example = "glyphs"
-    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
-                                          "train_shot": 0, "query": 15, "train_query": 15,
-                                          "unknown_fraction": 0.0, "unknown_dataset": "",
-                                          "ensemble": 0}
-    train_keys = ("way", "train_shot", "train_query")
-    column_keys = ("way", "shot")
-    selection_key = "val_accuracy"
-    headline = "accuracy"
-    score_batch = 32  # ~15 tensor calls per group instead of per episode
     paired_key = "accuracy"
     paired_percent = True
     digits = 1
@@ -122,6 +125,58 @@ class Classification(Task):
         ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
                      help="wall-clock milliseconds to adapt and predict one test episode"),
     )
+    figures = (Reliability(), Coverage())
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        """Accuracy +- CI (ECE raw / calibrated); where unknown-class queries were scored, also
+        ``[AURC, E-AURC, AUROC of entropy / max-prob / own uncertainty]`` in %."""
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
+        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
+        text = f"{value:.1f}{ci}"
+        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
+        text += ece if not error else f"{pct} err"
+        if "auroc_entropy" not in row:
+            return text
+        own = f" / {100 * row['auroc_uncertainty']:.0f}" if "auroc_uncertainty" in row else ""
+        return (text + f" [AURC {100 * row['aurc']:.1f}, E-AURC {100 * row['eaurc']:.1f}; AUROC "
+                f"{100 * row['auroc_entropy']:.0f} / {100 * row['auroc_maxprob']:.0f}{own}]")
+
+    def notes(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        if not any("auroc_entropy" in r for r in rows):
+            return ""
+        return (" In brackets, in %: AURC and E-AURC of the known queries (lower is better; mean "
+                "over episodes), then the AUROC of telling unknown-class queries from known ones "
+                "by predictive entropy / by one minus the maximum probability / by the method's "
+                "own uncertainty where it declares one (higher is better, 50 is chance). CIs, "
+                "AUPR and the means over seeds: table.csv.")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
+                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
+                f"train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+
+class Classification(Task):
+    """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
+
+    name = "classification"
+    view = ClassificationView()
+    method_base = "zoo.method:Method"
+    data_base = "zoo.data.base:FewShotDataset"
+    data_what = "a few-shot classification data set"
+    data_example = "glyphs"
+    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
+                                          "train_shot": 0, "query": 15, "train_query": 15,
+                                          "unknown_fraction": 0.0, "unknown_dataset": "",
+                                          "ensemble": 0}
+    train_keys = ("way", "train_shot", "train_query")
+    column_keys = ("way", "shot")
+    selection_key = "val_accuracy"
+    headline = "accuracy"
+    score_batch = 32  # ~15 tensor calls per group instead of per episode
 
     seed_keys = ("aurc", "eaurc", *(f"{a}_{s}" for a in ("auroc", "aupr") for s in DETECTORS))
 
@@ -186,19 +241,6 @@ class Classification(Task):
                 f"{train_data.in_channels}-channel {train_data.image_size}px ones "
                 f"({train_data.name}); choose a test data set of the same image shape")
 
-    def build(self, cls: type, cell: Any, dataset: FewShotDataset, registry: Any) -> Method:
-        from zoo.method import build_method
-        from zoo.spec import parse_spec
-
-        kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
-        backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
-                                      else (None, {}))  # e.g. "conv4s[width=128]"
-        return build_method(cell.method, way=train_way(cell.shape), in_channels=dataset.in_channels,
-                            image_size=dataset.image_size, backbone=backbone,
-                            backbone_options=backbone_options, kernel=kernel,
-                            kernel_options=options, seed=cell.seed, registry=registry,
-                            **cell.hparams)
-
     def episodes(self, dataset: FewShotDataset, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
         """Training episodes use ``train_way``, ``train_shot`` and ``train_query``; validation
@@ -257,8 +299,6 @@ class Classification(Task):
         if episode.unknown_x is None:
             return method.predict(episode)
         import torch
-
-        from zoo.method import Prediction
 
         known = method.predict(episode.known())
         device = episode.query_x.device
@@ -353,43 +393,6 @@ class Classification(Task):
     def calibrate(self, payload: Mapping[str, Any]) -> float:
         return fit_temperature(payload["val_logp"], payload["val_y"], what=payload.get("what", ""))
 
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        """Accuracy +- CI (ECE raw / calibrated); where unknown-class queries were scored, also
-        ``[AURC, E-AURC, AUROC of entropy / max-prob / own uncertainty]`` in %."""
-        pm = r"$\pm$" if latex else "±"
-        pct = r"\%" if latex else "%"
-        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
-        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
-        text = f"{value:.1f}{ci}"
-        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
-        text += ece if not error else f"{pct} err"
-        if "auroc_entropy" not in row:
-            return text
-        own = f" / {100 * row['auroc_uncertainty']:.0f}" if "auroc_uncertainty" in row else ""
-        return (text + f" [AURC {100 * row['aurc']:.1f}, E-AURC {100 * row['eaurc']:.1f}; AUROC "
-                f"{100 * row['auroc_entropy']:.0f} / {100 * row['auroc_maxprob']:.0f}{own}]")
-
-    def notes(self, rows: Sequence[Mapping[str, Any]]) -> str:
-        if not any("auroc_entropy" in r for r in rows):
-            return ""
-        return (" In brackets, in %: AURC and E-AURC of the known queries (lower is better; mean "
-                "over episodes), then the AUROC of telling unknown-class queries from known ones "
-                "by predictive entropy / by one minus the maximum probability / by the method's "
-                "own uncertainty where it declares one (higher is better, 50 is chance). CIs, "
-                "AUPR and the means over seeds: table.csv.")
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
-                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
-                f"train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
-
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import coverage_figures, reliability_diagrams
-
-        return reliability_diagrams(report, out) + coverage_figures(report, out)
-
-
 def detection(prediction: Prediction) -> dict[str, Any]:
     """An episode's unknown-class detection: the count of unknown queries and, per score of
     :data:`DETECTORS` that both predictions give, AUROC and AUPR (unknown positive)."""
@@ -457,8 +460,6 @@ def detected(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def _check_probs(prediction: Any, rows: int, episode: Episode, method: str, what: str = "") -> None:
-    from zoo.method import Prediction
-
     def fail(problem: str) -> None:
         raise PredictionError(f"method {method!r} in episode {episode.id}: {what}{problem}; its "
                               "predict must return zoo.Prediction(probs) with one row of class "
@@ -486,8 +487,6 @@ def _stack(predictions: Sequence[Any], episodes: Sequence[Episode]
     predictions of the right type and shape for episodes that share ``Q`` and ``way``; ``None``
     otherwise (each is then taken alone)."""
     import torch
-
-    from zoo.method import Prediction
 
     if not episodes or not all(isinstance(p, Prediction) for p in predictions):
         return None
