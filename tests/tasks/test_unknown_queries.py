@@ -139,4 +139,4 @@ def test_every_summary_scores_selective_prediction(glyphs):
     assert summary["aurc"] == pytest.approx(aurc(conf, right).mean(), abs=1e-15)
     assert summary["eaurc"] == pytest.approx(excess_aurc(conf, right).mean(), abs=1e-15)
     assert 0 <= summary["eaurc"] <= summary["aurc"] <= 1 and summary["aurc_ci95"] > 0
-    assert "AURC" not in TASK.cell_text(summary)  # shown only where unknown queries were scored
+    assert "AURC" not in TASK.view.cell_text(summary)  # shown only where unknown queries were scored

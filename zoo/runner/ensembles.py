@@ -66,7 +66,7 @@ def run_ensembles(groups: Sequence[Sequence[Cell]], results: Results, datasets: 
                   device: str, registry: Any, progress: bool = False) -> list[Outcome]:
     """Score every ensemble of ``groups`` not yet done; their ``done`` markers are written after
     one flush to the disk."""
-    env = environment(device)
+    env = environment(device, registry)
     env_text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
     outcomes: list[Outcome] = []
     for members in groups:
