@@ -158,7 +158,8 @@ class Regression(Task):
     paired_key = "lmlhd"
     digits = 2
     table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
-                  "(LMLHD, log-mean-exp over the method's latent samples) [5%, 95% percentiles]; "
+                  "(LMLHD: log-mean-exp over the method's latent samples, or the exact density "
+                  "of a Gaussian predictive) [5%, 95% percentiles]; "
                   "with several seeds: median over seeds of each seed's median [5%, 95% over "
                   "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
                   "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
