@@ -62,8 +62,28 @@ def is_older(root: Path) -> bool:
 
 
 def names(folder: str | os.PathLike) -> list[str]:
-    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write."""
-    return sorted(n for n in os.listdir(folder) if not (n.startswith(".") and TMP_RE.match(n)))
+    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write.
+    A symbolic link is refused (:class:`ResultsFolderError`): a write through it would leave the
+    results folder (and a cell linked in from elsewhere is not this folder's)."""
+    found = []
+    with os.scandir(folder) as listing:
+        for entry in listing:
+            if entry.name.startswith(".") and TMP_RE.match(entry.name):
+                continue
+            if entry.is_symlink():
+                raise ResultsFolderError(Path(entry.path), _linked(entry.path))
+            found.append(entry.name)
+    return sorted(found)
+
+
+def _linked(path: str) -> str:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (f"is a symbolic link{target}; a results folder holds only its own files and the "
+            "zoo never writes through a link. Replace the link with a copy of what it points "
+            "to, or remove it")
 
 
 def entries(folder: Path) -> Iterator[Path]:
@@ -90,10 +110,14 @@ def check_marker(root: Path) -> None:
 
 
 def check_top_level(root: Path) -> None:
-    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours."""
+    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours, or that
+    is a symbolic link (there, or among the report's and experiments' files)."""
     for path in entries(root):
         if path.name not in TOP_LEVEL:
             raise ResultsFolderError(path, "is not part of a zoo results folder")
+    for folder in ("report", "experiments"):
+        for path, _dirs, _files in os.walk(root / folder):
+            names(path)  # raises for a link among its files and folders (walk does not follow)
 
 
 def check_suites(root: Path) -> None:
