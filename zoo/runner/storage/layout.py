@@ -45,6 +45,11 @@ KEPT = {"cells": frozenset({"training.json", "episodes.jsonl"})}
 """The files whose content a reader keeps (the report's records); the rest are only checked."""
 HASH_RE = re.compile(r"^[0-9a-f]{16}$")
 TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # zoo.io's temp files left by a kill
+SHARED_PREFIX = ".zoo-shared-"
+SHARED_RE = re.compile(r"^\.zoo-shared-[0-9a-f]{32}$")
+"""The marker a Ray driver leaves in the folder while it runs (:mod:`zoo.runner.executors`):
+made by the folder's writer, so one found when no writer holds the lock is stale (a killed
+driver's), and the next writer removes it (:func:`zoo.runner.storage.lock.writer_lock`)."""
 
 
 class OldResultsFolderError(ZooError):
@@ -62,13 +67,15 @@ def is_older(root: Path) -> bool:
 
 
 def names(folder: str | os.PathLike) -> list[str]:
-    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write.
+    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write
+    and Ray drivers' markers (:data:`SHARED_RE`).
     A symbolic link is refused (:class:`ResultsFolderError`): a write through it would leave the
     results folder (and a cell linked in from elsewhere is not this folder's)."""
     found = []
     with os.scandir(folder) as listing:
         for entry in listing:
-            if entry.name.startswith(".") and TMP_RE.match(entry.name):
+            if entry.name.startswith(".") and (TMP_RE.match(entry.name)
+                                               or SHARED_RE.match(entry.name)):
                 continue
             if entry.is_symlink():
                 raise ResultsFolderError(Path(entry.path), _linked(entry.path))
