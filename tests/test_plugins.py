@@ -138,6 +138,42 @@ def test_a_name_collision_never_resolves_by_sort_order(tmp_path, monkeypatch):
         reg.plugins[-1].error
 
 
+def fake_distribution(root, name: str, entry: str, module: str, source: str):
+    """An installed distribution ``name`` 9.9 under ``root`` whose entry point ``entry`` loads
+    ``module``; its entry points as ``importlib.metadata`` finds them."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{name.replace('-', '_')}-9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 9.9\n")
+    (info / "entry_points.txt").write_text(f"[zoo.plugins]\n{entry} = {module}\n")
+    (dist,) = md.distributions(path=[str(root)])
+    return list(dist.entry_points)
+
+
+def test_an_entry_point_name_published_twice_goes_to_neither(tmp_path, monkeypatch):
+    """A second distribution whose entry point is also named ``protonet`` neither replaces the
+    genuine plugin nor is skipped unseen: both are listed, refused, and named in each error."""
+    installed = list(md.entry_points(group="zoo.plugins"))
+    shadow = fake_distribution(tmp_path, "zoo-shadow", "protonet", "zt_shadow", IMPOSTOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for eps in ([*installed, *shadow], [*shadow, *installed]):  # either order: the same
+        reg = plugins.load(entry_points=eps, strict=False, disabled=())
+        claims = [r for r in reg.plugins if r.name == "protonet"]
+        assert sorted(r.distribution for r in claims) == sorted([PROTONET, "zoo-shadow"])
+        for record in claims:
+            assert "neither is loaded" in record.error
+            assert f"distribution {PROTONET} 0.1.0" in record.error
+            assert "distribution zoo-shadow 9.9" in record.error
+            assert record.registered["methods"] == []
+        assert "protonet" not in reg.names("methods")
+        assert "zt_shadow" not in sys.modules
+    with pytest.raises(PluginError, match="claimed by"):
+        plugins.load(entry_points=[*installed, *shadow], strict=True, disabled=())
+    # one distribution seen twice (two paths to one installation) is one plugin
+    reg = plugins.load(entry_points=[*installed, *installed], strict=True, disabled=())
+    assert [r.name for r in reg.plugins].count("protonet") == 1 and "protonet" in reg.names("methods")
+
+
 def test_provenance_names_the_distribution_and_digests_the_code(tmp_path, monkeypatch):
     reg = plugins.load(entry_points=[e for e in md.entry_points(group="zoo.plugins")
                                      if e.name == "protonet"])
@@ -152,7 +188,7 @@ def test_provenance_names_the_distribution_and_digests_the_code(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     eps = [md.EntryPoint("copy", "zt_copy", "zoo.plugins")]
     first = plugins.load(entry_points=eps).provenance("methods", "good-method")["digest"]
-    plugins._digest.cache_clear()
+    plugins.code_digest.cache_clear()
     (pkg / "extra.py").write_text("X = 1\n")
     second = plugins.load(entry_points=eps).provenance("methods", "good-method")["digest"]
     assert first != second

@@ -6,19 +6,23 @@ registered before failing is kept. ``ZOO_STRICT_PLUGINS=1`` turns any failure in
 
 Names are never resolved by load order. The zoo's built-ins keep their names; a name claimed by
 two plugins goes to neither, and both are refused with an error that names both distributions.
-Nothing a process can see tells the genuine claimant from the impostor: entry-point names are
-chosen by whoever publishes the plugin (the old "first in sort order wins" let ``aaa`` take
-``protonet``), and install times change with every upgrade or reinstall. Refusing both makes a
-collision loud and leaves the choice to the user (uninstall one, or ``ZOO_DISABLE_PLUGINS``).
+So does an entry-point name that two distributions publish (an impostor ``protonet`` beside the
+genuine one): neither is loaded, and ``zoo plugins`` lists both with that error. Nothing a
+process can see tells the genuine claimant from the impostor: entry-point names are chosen by
+whoever publishes the plugin (the old "first in sort order wins" let ``aaa`` take ``protonet``),
+and install times change with every upgrade or reinstall. Refusing both makes a collision loud
+and leaves the choice to the user (uninstall one, or ``ZOO_DISABLE_PLUGINS``).
 
 :meth:`Registry.provenance` says which distribution, version and code (a SHA-256 over the source
-files of the providing packages) stands behind a name, so that results can carry it.
+files of the providing packages, and one over the zoo's own) stands behind a name, so that
+results can carry it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import importlib.util
 import logging
 import os
 import re
@@ -85,12 +89,16 @@ class Registry:
         self.get(kind, name)
         return self._owner[kind][name]
 
-    def provenance(self, kind: str, name: str) -> dict[str, str | None]:
-        """Who provides ``name``: plugin, distribution, version, and ``digest``, a SHA-256 over
-        the source files of the plugin's package and of the package that defines the component.
+    def provenance(self, kind: str, name: str) -> dict[str, Any]:
+        """Who provides ``name`` and with what code: plugin, distribution, version, the top-level
+        ``packages`` of the plugin's module and of the component's, their ``digest``
+        (:func:`code_digest`), and ``core``: the zoo's own distribution, version and the digest
+        of the whole ``zoo`` package.
 
         Put into a result (and a cell's identity), it makes a result depend on the code that
-        produced it: a different plugin behind the same name gives a different cell.
+        produced it: a different plugin behind the same name, or a changed core (a backbone, a
+        sampler, the trainer, the metrics, the GP algebra: the whole package, as any of it may
+        change a number), gives a different cell.
         """
         obj = self.get(kind, name)
         plugin = self._owner[kind][name]
@@ -100,7 +108,8 @@ class Registry:
                     getattr(obj, "__module__", None) or ""}
         top = tuple(sorted({p.partition(".")[0] for p in packages} - {""}))
         return {"plugin": plugin, "distribution": record.distribution if record else None,
-                "version": record.version if record else None, "digest": _digest(top)}
+                "version": record.version if record else None, "packages": list(top),
+                "digest": code_digest(top), "core": core_provenance()}
 
     def items(self, kind: str) -> dict[str, Any]:
         return dict(self._items[kind])
@@ -191,14 +200,13 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
 
     eps = md.entry_points(group=hookspecs.ENTRY_POINT_GROUP) if entry_points is None else entry_points
     staged: list[tuple[PluginRecord, ModuleType, dict[str, dict[str, Any]]]] = []
-    seen: set[str] = set()
-    for ep in sorted(eps, key=lambda e: e.name):
-        if ep.name in seen:
-            continue
-        seen.add(ep.name)
+    for ep, rivals in _by_name(eps):
         dist = getattr(ep, "dist", None)
         record = PluginRecord(ep.name, dist.name if dist else None, dist.version if dist else None)
         reg.plugins.append(record)
+        if rivals:
+            record.error = _shadowed(ep, rivals)
+            continue
         if ep.name in blocked:
             record.disabled = True
             continue
@@ -233,6 +241,35 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
     return reg
 
 
+def _by_name(eps: Iterable[md.EntryPoint]) -> list[tuple[md.EntryPoint, list[md.EntryPoint]]]:
+    """Each entry point in name order with the others of its name from other distributions (or
+    with other targets): an entry-point name claimed twice goes to neither, like a component's
+    name. The same distribution seen twice (two paths to one installation) is one claim."""
+    groups: dict[str, list[md.EntryPoint]] = {}
+    for ep in eps:
+        same = groups.setdefault(ep.name, [])
+        if not any(_claimant(ep) == _claimant(other) for other in same):
+            same.append(ep)
+    return [(ep, [o for o in groups[name] if o is not ep])
+            for name in sorted(groups) for ep in groups[name]]
+
+
+def _claimant(ep: md.EntryPoint) -> tuple[str | None, str]:
+    dist = getattr(ep, "dist", None)
+    return (dist.name if dist else None), ep.value
+
+
+def _shadowed(ep: md.EntryPoint, rivals: list[md.EntryPoint]) -> str:
+    def who(e: md.EntryPoint) -> str:
+        dist = getattr(e, "dist", None)
+        return (f"distribution {dist.name} {dist.version}" if dist else "no distribution") + \
+            f", module {e.value}"
+
+    both = " and ".join(f"({who(e)})" for e in [ep, *rivals])
+    return (f"the plugin name {ep.name!r} is claimed by {both}; neither is loaded. Uninstall one "
+            "of them (pip uninstall DISTRIBUTION)")
+
+
 def _clash(reg: Registry, record: PluginRecord, entries: dict[str, dict[str, Any]],
            claims: dict[tuple[str, str], list[PluginRecord]]) -> str | None:
     """Why ``record`` may not have its names: one is built in or claimed by another plugin."""
@@ -258,23 +295,42 @@ def _dist(record: PluginRecord) -> str:
     return f"distribution {record.distribution} {record.version}"
 
 
+def core_provenance() -> dict[str, str | None]:
+    """The zoo's own code: its distribution, version and :func:`code_digest` of ``zoo``."""
+    return {"distribution": hookspecs.DISTRIBUTION, "version": _version(hookspecs.DISTRIBUTION),
+            "digest": code_digest(("zoo",))}
+
+
 @cache
-def _digest(packages: tuple[str, ...]) -> str:
-    """SHA-256 over the ``.py`` files of imported top-level ``packages`` (path and bytes)."""
+def code_digest(packages: tuple[str, ...]) -> str:
+    """SHA-256 over the ``.py`` files (path and bytes) of the top-level ``packages``, found where
+    they were imported from or, if not imported, where an import would find them (nothing is
+    imported: a report checks the code of results without loading the plugins and torch)."""
     h = hashlib.sha256()
     for package in packages:
-        module = sys.modules.get(package)
-        if module is None:
-            continue
-        roots = [Path(p) for p in getattr(module, "__path__", [])]
-        if not roots and getattr(module, "__file__", None):
-            roots = [Path(module.__file__)]
-        for root in roots:
+        for root in _roots(package):
             files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
             for file in files:
                 h.update(f"{package}/{file.relative_to(root.parent).as_posix()}\0".encode())
                 h.update(file.read_bytes())
     return h.hexdigest()
+
+
+def _roots(package: str) -> list[Path]:
+    """The folders (or the file) of a top-level module, imported or not; none if not found."""
+    module = sys.modules.get(package)
+    if module is not None:
+        paths, file = list(getattr(module, "__path__", [])), getattr(module, "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            return []
+        paths = list(spec.submodule_search_locations or [])
+        file = spec.origin if spec.has_location else None
+    return [Path(p) for p in paths] or ([Path(file)] if file else [])
 
 
 def _version(dist: str) -> str | None:

@@ -21,6 +21,7 @@ from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.cells import Cell, expand_cells
 from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, RayExecutor
+from zoo.runner.provenance import SHORT, other_code
 from zoo.runner.storage import Results
 from zoo.runner.suite import (
     Suite,
@@ -164,9 +165,11 @@ def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Pat
 
 
 def _code(result: dict[str, Any]) -> str:
+    """What code made ``result``, and why it is not the code installed now."""
     p = result["config"].get("provenance") or {}
-    return (f"{p.get('distribution')} {p.get('version')}, code {str(p.get('digest'))[:12]}"
+    made = (f"{p.get('distribution')} {p.get('version')}, code {str(p.get('digest'))[:SHORT]}"
             if p else "code of unknown provenance")
+    return f"{made}: {other_code(p) or 'recorded otherwise than the installed code'}"
 
 
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
@@ -217,8 +220,8 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
             made_by = sorted({f"{r['method']} ({_code(r)})" for r in stale})
             log.warning("%s: %d finished cell(s) of suite %s were made by other code than is "
                         "installed now: %s. They are not reused (their cells run again) and the "
-                        "report shows the new results; rerun with --force to delete the old ones.",
-                        out, len(stale), suite.name, ", ".join(made_by))
+                        "report shows only the results of the installed code; rerun with --force "
+                        "to delete the old ones.", out, len(stale), suite.name, "; ".join(made_by))
         results.save_suite(suite.to_json())
         outcome = BenchOutcome(out, cells)
         todo = [c for c in cells if not results.is_done(c.hash)]

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from zoo.metrics import seed_mean_ci
-from zoo.runner.cells import code_free_hash, row_name
+from zoo.runner.cells import row_name
+from zoo.runner.provenance import other_code
 from zoo.runner.storage import Results
 from zoo.tasks.base import Task
 
@@ -100,6 +101,9 @@ class Report:
     error_settings: set[Setting]
     references: dict[Setting, dict[str, float]]
     tasks: dict[str, Task]
+    other_code: dict[str, int] = field(default_factory=dict)
+    """Results not shown because other code than is installed made them: how many, by
+    ``"METHOD (why)"``."""
 
     def label(self, s: Setting) -> str:
         kind, train, test, column = s
@@ -189,20 +193,30 @@ def _load_report(root: Path, registry: Any) -> Report:
         return entries.setdefault((method, s), Entry(method, s, tasks[s[0]]))
 
     done = set()
-    finished = results.finished()
-    code_free = [code_free_hash(r["config"]) for r in finished]
-    latest = dict(zip(code_free, (r["config_hash"] for r in finished)))  # later lines win
+    # only results of the code installed now: another version of a method (or of the core)
+    # is named, kept on disk and not shown, whatever the order its lines were written in
+    why: dict[str, str | None] = {}
+    other: dict[str, list[str]] = defaultdict(list)
     # one result per row, setting, seed and query count: a later run of the same cell with
     # another configuration (e.g. --set train_episodes=...) replaces the earlier one, whose
     # episodes would otherwise be mixed with its own under the same keys
     shown: dict[tuple[Any, ...], dict[str, Any]] = {}
     current = 0
-    for r, key in zip(finished, code_free):
+    for r in results.finished():
         done.add(r["config_hash"])
-        if latest[key] != r["config_hash"]:
-            continue  # made by an older version of the method: kept on disk, not shown
+        provenance = r["config"].get("provenance")
+        key = json.dumps(provenance, sort_keys=True)
+        if key not in why:
+            why[key] = other_code(provenance)
+        if why[key] is not None:
+            other[f"{r['method']} ({why[key]})"].append(r["config_hash"])
+            continue
         current += 1
         shown[(*where(r), r["seed"], r.get("query"))] = r
+    if other:
+        log.warning("%s: %d result(s) made by other code than is installed are not shown: %s. "
+                    "Run their suite again to compute them with the installed code", root,
+                    sum(map(len, other.values())), "; ".join(sorted(other)))
     superseded = current - len(shown)
     if superseded:
         log.warning("%s: %d result(s) replaced by later results of the same method, setting, "
@@ -240,7 +254,8 @@ def _load_report(root: Path, registry: Any) -> Report:
                     error_settings.add(s)
                 if s[1] in suite.get("references", {}):
                     references[s] = suite["references"][s[1]]
-    return Report(entries, settings, methods, error_settings, references, tasks)
+    return Report(entries, settings, methods, error_settings, references, tasks,
+                  {k: len(v) for k, v in sorted(other.items())})
 
 
 def task_kind(name: str, registry: Any = None) -> Task:

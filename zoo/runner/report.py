@@ -72,6 +72,10 @@ def markdown(report: Report) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in body]
         parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].table_note
                      + threads_note(report, kind) + "\n")
+    if report.other_code:
+        parts.append(f"Not shown: {sum(report.other_code.values())} result(s) made by other code "
+                     "than is installed: " + "; ".join(f"{n} of {what}" for what, n in
+                                                       report.other_code.items()) + ".\n")
     return "\n".join(parts)
 
 
