@@ -48,8 +48,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def read_appended(path: str | os.PathLike) -> tuple[list[dict[str, Any]], bool]:
     """:func:`read_jsonl` of a file written by :func:`append_line`, and whether its last line
-    was cut short (no newline after it, and not JSON: an append that a full disk or a crash
-    stopped part-way), which is left out."""
+    was cut short (an append that a full disk or a crash stopped part-way: no newline after
+    it, begun as every line of an object is, ``{"``, and not JSON), which is left out."""
     return _records(path, torn_tail=True)
 
 
@@ -61,7 +61,7 @@ def _records(path: str | os.PathLike, torn_tail: bool) -> tuple[list[dict[str, A
     torn = False
     if not lines[-1]:  # what follows the newline that ends the last line
         lines.pop()
-    elif torn_tail:
+    elif torn_tail and lines[-1].startswith('{"'):  # as every appended line begins
         try:
             json_record(lines[-1])
         except json.JSONDecodeError:
