@@ -9,6 +9,7 @@ from zoo.backbones import conv4s, mlp
 from zoo.cli import main
 from zoo.errors import HyperParameterError
 from zoo.kernels import PolynomialKernel, RBFKernel
+from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.suite import SuiteError, apply_overrides
 from zoo.runner.validate import SettingError
@@ -30,12 +31,13 @@ from .conftest import tiny_suite
 ])
 def test_values_are_not_coerced(assignment, message):
     with pytest.raises(SuiteError, match=message):
-        apply_overrides(tiny_suite(), [assignment], ["protonet"])
+        apply_overrides(tiny_suite(), [assignment], ["protonet"], registry=registry())
 
 
 def test_values_of_the_right_type_still_pass():
     suite = apply_overrides(tiny_suite(), ["ways=5,20", "shots=[1, 5]", "seeds=3",
-                                           "test_datasets=[]", "train_episodes={1 = 5}"], [])
+                                           "test_datasets=[]", "train_episodes={1 = 5}"], [],
+                            registry=registry())
     assert suite.settings["ways"] == [5, 20] and suite.settings["shots"] == [1, 5]
     assert suite.settings["seeds"] == [3] and suite.settings["test_datasets"] == []
     assert suite.settings["train_episodes"] == {"1": 5}
@@ -50,8 +52,9 @@ def test_values_of_the_right_type_still_pass():
 ])
 def test_counts_no_machine_can_finish_are_refused_with_the_limit(assignment, message):
     with pytest.raises(SettingError, match=message):
-        apply_overrides(tiny_suite(), [assignment], ["protonet"])
-    apply_overrides(tiny_suite(), ["seeds=[18446744073709551615]", "test_episodes=100000000"], [])
+        apply_overrides(tiny_suite(), [assignment], ["protonet"], registry=registry())
+    apply_overrides(tiny_suite(), ["seeds=[18446744073709551615]", "test_episodes=100000000"], [],
+                    registry=registry())
 
 
 def test_the_command_says_what_is_wrong_without_a_traceback(tmp_path, capsys):
