@@ -73,17 +73,19 @@ def bench(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike = "re
     :raises ZooError: when a cell failed (after writing the report of the others): the message
         names each failed cell and its ``error.txt``; running again retries them.
     """
+    from zoo.plugins import registry, task_kind
     from zoo.runner.bench import run_suite
     from zoo.runner.report import write_report
     from zoo.runner.suite import suite_from_dict
 
+    reg = registry()
     if isinstance(suite, Mapping):
-        suite = suite_from_dict("notebook", suite, "zoo.bench")
+        suite = suite_from_dict("notebook", suite, "zoo.bench", registry=reg)
     outcome = run_suite(suite, out=Path(out), data_dir=data_dir, device=device, executor=executor,
                   address=address, workers=workers, methods=methods, sets=as_sets(settings),
-                  force=force, progress=progress)
+                  force=force, progress=progress, registry=reg)
     if outcome.cells:
-        write_report(Path(out))
+        write_report(Path(out), kinds=task_kind)
     if outcome.failed:
         raise ZooError(f"{len(outcome.failed)} cell(s) of {out} failed; run the same call again "
                        "to retry them:\n  " + "\n  ".join(
@@ -140,11 +142,13 @@ def load_results(folder: str | os.PathLike, *, records: bool = False) -> Any:
     ``table.csv`` (seeds pooled): a pandas ``DataFrame`` when pandas is installed and
     ``records`` is false, else a list of dicts.
 
-    Reading results imports neither torch nor the plugins (the task kinds do the summing up).
+    Reading results of the built-in task kinds imports neither torch nor the plugins (the task
+    kinds do the summing up); a plugin's kind is taken from the process's plugin registry.
     """
+    from zoo.plugins import task_kind
     from zoo.runner.collect import load_report
 
-    rows = load_report(Path(folder)).rows()
+    rows = load_report(Path(folder), task_kind).rows()
     if records:
         return rows
     try:
