@@ -339,11 +339,11 @@ def test_an_older_results_folder_says_what_it_is_and_what_to_do(finished, tmp_pa
     for attempt in (lambda: run_suite(tiny_suite(), out=out, device="cpu", progress=False),
                     lambda: Results.open(out, create=False, keep_records=True)):
         with pytest.raises(OldResultsFolderError, match=r"format version 1, written by an older "
-                           r"zoo; this zoo writes version 2.*another --out.*--force"):
+                           r"zoo; this zoo writes version 3.*another --out.*--force"):
             attempt()
     assert main(["report", str(out)]) == 2 and "format version 1" in capsys.readouterr().err
     assert snapshot(out) == before  # nothing changed
     outcome = run_suite(tiny_suite(), out=out, device="cpu", progress=False, force=True)
     assert len(outcome.finished) == 2 and outcome.skipped == 0
-    assert json.loads((out / "zoo-results.json").read_text())["version"] == 2
+    assert json.loads((out / "zoo-results.json").read_text())["version"] == 3
     assert not stale.exists() and len((out / "results.jsonl").read_text().splitlines()) == 2

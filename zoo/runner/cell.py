@@ -27,7 +27,7 @@ from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_mar
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.provenance import environment
-from zoo.runner.storage import Results, link_or_copy
+from zoo.runner.storage import Results, link_or_copy, records_digest
 from zoo.runner.train import train_model
 from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
@@ -171,7 +171,8 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     seed_everything(cell.seed)
     records = evaluate(task, trained.method, cell.method, test_data, shape=cell.shape,
                        seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
-                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label)
+                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
+                       cell=cell.hash)
     info = trained.info
     result = {
         "method": cell.method, "task": task.name, "dataset": cell.dataset,
@@ -186,6 +187,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
         "device": env["device"], "threads": env["threads"], "versions": env["versions"],
         "git_commit": env["git_commit"], "config_hash": cell.hash, "config": cell.config(),
         "provenance": cell.provenance,
+        "records_sha256": records_digest(folder / "episodes.jsonl"),
     }
     if cell.variant:
         result["variant"] = cell.variant
