@@ -27,7 +27,7 @@ from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_mar
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.provenance import environment
-from zoo.runner.storage import Results, link_or_copy
+from zoo.runner.storage import Results, link_or_copy, records_digest
 from zoo.runner.train import train_model
 from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
@@ -181,8 +181,8 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     records = evaluate(task, trained.method, cell.method, test_data, shape=cell.shape,
                        seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
                        records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
-                       auxiliary=datasets.auxiliary(cell))
-    result = result_line(cell, records, trained, env) | objective_names(trained.method)
+                       cell=cell.hash, auxiliary=datasets.auxiliary(cell))
+    result = result_line(cell, folder, records, trained, env) | objective_names(trained.method)
     link_or_copy(train_dir / "model.pt", folder / "model.pt")
     link_or_copy(train_dir / "training.json", folder / "training.json")
     atomic_write_json(folder / "result.json", result)
@@ -190,10 +190,11 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     return result
 
 
-def result_line(cell: Cell, records: list[dict[str, Any]], trained: Any,
+def result_line(cell: Cell, folder: Path, records: list[dict[str, Any]], trained: Any,
                 env: dict[str, Any]) -> dict[str, Any]:
     """A scored cell's line of ``results.jsonl``: what it is, the task kind's summary of its
-    records, and how its model was trained (``trained.info``), with the environment."""
+    records (written in ``folder``), and how its model was trained (``trained.info``), with the
+    environment."""
     task, info = cell.task, trained.info
     result = {
         "method": cell.method, "task": task.name, "dataset": cell.dataset,
@@ -208,6 +209,7 @@ def result_line(cell: Cell, records: list[dict[str, Any]], trained: Any,
         "device": env["device"], "threads": env["threads"], "versions": env["versions"],
         "git_commit": env["git_commit"], "config_hash": cell.hash, "config": cell.config(),
         "provenance": cell.provenance,
+        "records_sha256": records_digest(folder / "episodes.jsonl"),
     }
     if cell.variant:
         result["variant"] = cell.variant

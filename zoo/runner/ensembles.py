@@ -144,13 +144,13 @@ def _score(cell: Cell, ensemble: Ensemble, trainings: Sequence[TrainedModel], re
     records = evaluate(task, ensemble, cell.method, test_data, shape=cell.shape, seed=cell.seed,
                        count=cell.test_episodes, temperature=temperature,
                        records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
-                       auxiliary=datasets.auxiliary(cell))
+                       cell=cell.hash, auxiliary=datasets.auxiliary(cell))
     info = {"train_seconds": sum(t.info["train_seconds"] for t in trainings),
             "val_seconds": sum(t.info.get("val_seconds") or 0.0 for t in trainings),
             task.selection_key: selection, "selection": "ensemble of the members' selected models",
             "skipped_steps": sum(t.info["skipped_steps"] for t in trainings),
             "training_steps": sum(t.info.get("training_steps") or 0 for t in trainings)}
-    result = result_line(cell, records, TrainedModel(ensemble, temperature, info), env)
+    result = result_line(cell, folder, records, TrainedModel(ensemble, temperature, info), env)
     result["members"] = list(cell.shape["members"])
     atomic_write_json(folder / "result.json", result)
     (folder / "error.txt").unlink(missing_ok=True)

@@ -38,7 +38,9 @@ from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
 from zoo.ranking import aupr, aurc, auroc, entropy, excess_aurc, risk_coverage
 from zoo.tasks.base import (
+    TIMES,
     GetEpisode,
+    PredictionCheck,
     PredictionError,
     ReportMetric,
     Shape,
@@ -120,10 +122,7 @@ class ClassificationView(TaskView):
         ReportMetric("auroc_uncertainty", "AUROC unknown, own (%)", "higher", 100, 1,
                      "auroc_uncertainty_ci95", "the same for the method's own uncertainty "
                      "(a GP's latent variance, an ensemble's mutual information)"),
-        ReportMetric("train_seconds", "training (s)", None, digits=0,
-                     help="wall-clock seconds of meta-training, mean over seeds"),
-        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
-                     help="wall-clock milliseconds to adapt and predict one test episode"),
+        *TIMES,
     )
     figures = (Reliability(), Coverage())
 
@@ -152,11 +151,9 @@ class ClassificationView(TaskView):
                 "own uncertainty where it declares one (higher is better, 50 is chance). CIs, "
                 "AUPR and the means over seeds: table.csv.")
 
-    def done_line(self, r: Mapping[str, Any]) -> str:
+    def done_numbers(self, r: Mapping[str, Any]) -> str:
         return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
-                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
-                f"train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%)")
 
 
 class Classification(Task):
@@ -315,7 +312,7 @@ class Classification(Task):
 
     def _check_unknown(self, prediction: Any, episode: Episode, method: str) -> None:
         unknown = prediction.extras.get("unknown")
-        _check_probs(unknown, episode.unknown_x.shape[0], episode, method, "unknown-class ")
+        _check_probs(unknown, episode.unknown_x.shape[0], episode, method, "unknown-class queries' ")
 
     def check_many(self, predictions: Sequence[Any], episodes: Sequence[Episode],
                    method: str) -> None:
@@ -460,20 +457,20 @@ def detected(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def _check_probs(prediction: Any, rows: int, episode: Episode, method: str, what: str = "") -> None:
-    def fail(problem: str) -> None:
-        raise PredictionError(f"method {method!r} in episode {episode.id}: {what}{problem}; its "
-                              "predict must return zoo.Prediction(probs) with one row of class "
-                              "probabilities per query (e.g. torch.softmax(logits, -1))")
-
-    if not isinstance(prediction, Prediction):
-        fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")
+    """Shape ``[rows, way]`` and in the simplex (:func:`zoo.tasks.base.probabilities_problem`);
+    ``what`` names which queries in the message."""
+    checks = PredictionCheck(method, f"episode {episode.id}", "its predict must return "
+                             "zoo.Prediction(probs) with one row of class probabilities per "
+                             "query (e.g. torch.softmax(logits, -1))")
+    checks.of_type(prediction, Prediction, f"zoo.Prediction{' for ' + what if what else ''}")
     probs = prediction.probs
     expected = (rows, episode.way)
     if tuple(probs.shape) != expected:
-        fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = {list(expected)}")
+        checks.fail(f"{what}probs have shape {tuple(probs.shape)}, expected [queries, way] = "
+                    f"{list(expected)}")
     problem = probabilities_problem(probs.detach().double().cpu().numpy())
     if problem is not None:
-        fail(problem)
+        checks.fail(what + problem)
 
 
 def train_way(shape: Shape) -> int:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -25,10 +26,12 @@ from zoo.errors import ZooError
 from zoo.runner.cells import config_hash
 from zoo.runner.storage.jsonl import ResultsFolderError, read_json, read_jsonl
 
-VERSION = 2
+VERSION = 3
 """The results format. Version 2 names every cell by its whole resolved configuration (version 1
 left some keys out where they had their default value), so a version-1 folder's hashes name no
-cell of this zoo."""
+cell of this zoo. Version 3 adds the zoo core's code to a cell's identity, the cell's hash to
+each of its episode records and the digest of its records to its result (so a record file or a
+result copied from another cell is recognised)."""
 FORMAT = {"format": "zoo-results", "version": VERSION}
 MARKER = "zoo-results.json"
 LOCK, WRITER = "writer.lock", "writer.json"
@@ -45,6 +48,11 @@ KEPT = {"cells": frozenset({"training.json", "episodes.jsonl"})}
 """The files whose content a reader keeps (the report's records); the rest are only checked."""
 HASH_RE = re.compile(r"^[0-9a-f]{16}$")
 TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # zoo.io's temp files left by a kill
+SHARED_PREFIX = ".zoo-shared-"
+SHARED_RE = re.compile(r"^\.zoo-shared-[0-9a-f]{32}$")
+"""The marker a Ray driver leaves in the folder while it runs (:mod:`zoo.runner.executors`):
+made by the folder's writer, so one found when no writer holds the lock is stale (a killed
+driver's), and the next writer removes it (:func:`zoo.runner.storage.lock.writer_lock`)."""
 
 
 class OldResultsFolderError(ZooError):
@@ -62,8 +70,30 @@ def is_older(root: Path) -> bool:
 
 
 def names(folder: str | os.PathLike) -> list[str]:
-    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write."""
-    return sorted(n for n in os.listdir(folder) if not (n.startswith(".") and TMP_RE.match(n)))
+    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write
+    and Ray drivers' markers (:data:`SHARED_RE`).
+    A symbolic link is refused (:class:`ResultsFolderError`): a write through it would leave the
+    results folder (and a cell linked in from elsewhere is not this folder's)."""
+    found = []
+    with os.scandir(folder) as listing:
+        for entry in listing:
+            if entry.name.startswith(".") and (TMP_RE.match(entry.name)
+                                               or SHARED_RE.match(entry.name)):
+                continue
+            if entry.is_symlink():
+                raise ResultsFolderError(Path(entry.path), _linked(entry.path))
+            found.append(entry.name)
+    return sorted(found)
+
+
+def _linked(path: str) -> str:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (f"is a symbolic link{target}; a results folder holds only its own files and the "
+            "zoo never writes through a link. Replace the link with a copy of what it points "
+            "to, or remove it")
 
 
 def entries(folder: Path) -> Iterator[Path]:
@@ -90,10 +120,14 @@ def check_marker(root: Path) -> None:
 
 
 def check_top_level(root: Path) -> None:
-    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours."""
+    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours, or that
+    is a symbolic link (there, or among the report's and experiments' files)."""
     for path in entries(root):
         if path.name not in TOP_LEVEL:
             raise ResultsFolderError(path, "is not part of a zoo results folder")
+    for folder in ("report", "experiments"):
+        for path, _dirs, _files in os.walk(root / folder):
+            names(path)  # raises for a link among its files and folders (walk does not follow)
 
 
 def check_suites(root: Path) -> None:
@@ -126,6 +160,13 @@ def check_runs(root: Path, keep: dict[tuple[str, str], Any] | None = None
                     raise ResultsFolderError(Path(run, file), "is not a file the runner writes")
             if "config.json" not in listed:
                 continue
+            if kind == "cells" and "done" in listed:
+                for file in ("result.json", "episodes.jsonl"):
+                    if file not in listed:
+                        raise ResultsFolderError(
+                            Path(run, file), "is missing, though the cell is marked done; delete "
+                            "the cell's folder to compute the cell again")
+            result = None
             for file in READ:
                 if file not in listed:
                     continue
@@ -133,11 +174,52 @@ def check_runs(root: Path, keep: dict[tuple[str, str], Any] | None = None
                 content = read_jsonl(path) if file.endswith(".jsonl") else read_json(path)
                 if file == "config.json":
                     problem = _config_problem(content, name, kind)
-                    if problem is not None:
-                        raise ResultsFolderError(Path(path), problem)
-                elif file in kept:
+                elif file == "result.json" and kind == "cells":
+                    result, problem = content, _result_problem(content, name)
+                elif file == "episodes.jsonl":
+                    problem = _records_problem(content, name, path, result)
+                else:
+                    problem = None
+                if problem is not None:
+                    raise ResultsFolderError(Path(path), problem)
+                if file in kept:
                     keep[(name, file)] = content  # type: ignore[index]
     return listing
+
+
+def records_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of an ``episodes.jsonl`` as it is on the disk (its result records it)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _result_problem(result: Any, name: str) -> str | None:
+    """What is wrong with the result.json of cell ``name`` (one copied from another cell), or None."""
+    if not isinstance(result, dict) or not isinstance(result.get("config_hash"), str):
+        return "is not a cell's result (no config_hash)"
+    if result["config_hash"] != name:
+        return (f"is the result of cell {result['config_hash']}, not of the cell it is in (copied "
+                "from another cell?); delete this cell's folder to compute it again")
+    return None
+
+
+def _records_problem(records: list[dict[str, Any]], name: str, path: str,
+                     result: dict[str, Any] | None) -> str | None:
+    """What is wrong with the episode records of cell ``name``: a record of another cell (each
+    names its cell), episodes out of order or missing (each has its index, from 0), or records
+    other than those its result was computed from (their digest); None if nothing."""
+    for number, record in enumerate(records, 1):
+        if record.get("cell") != name:
+            return (f"line {number} is a record of cell {record.get('cell')}, not of the cell it "
+                    "is in (copied from another cell?); delete this cell's folder to compute it "
+                    "again")
+        if record.get("index") != number - 1:
+            return (f"line {number} is the record of episode {record.get('index')}, not of episode "
+                    f"{number - 1}; delete this cell's folder to compute it again")
+    if result is not None and result.get("records_sha256") != records_digest(path):
+        return ("is not the records the cell's result.json was computed from (changed since); "
+                "delete this cell's folder to compute it again")
+    return None
 
 
 def _config_problem(config: Any, name: str, kind: str) -> str | None:
