@@ -125,7 +125,7 @@ def test_feature_route_equals_dense_route(monkeypatch, inference):
     """Mean field and Gibbs on the feature route; Gibbs chains start from the same prior draws."""
     monkeypatch.setattr(zoo_logistic_softmax, "prior_draws",
                         lambda K, n, g: prior_draws(dense(K), n, g))
-    check_algebra_routes(LogisticSoftmax, "query_probs", inference=inference, gibbs_test_steps=3,
+    check_algebra_routes(LogisticSoftmax, "query_predictive", inference=inference, gibbs_test_steps=3,
                          chains=2, pg_sampler="torch")
 def test_probabilities_equal_an_independent_predictive_and_monte_carlo():
     """The mean-field posterior's Gaussian sites (captured), the class predictives by dense

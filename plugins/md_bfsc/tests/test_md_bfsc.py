@@ -355,7 +355,7 @@ def test_convergence_outer_study_can_train_with_each_methods_own_inner_loop(tmp_
 
 @pytest.mark.parametrize("kernel", ["cosine", "linear"])
 def test_feature_route_equals_dense_route(kernel):
-    check_algebra_routes(MDBFSC, "query_probs", kernel=kernel)
+    check_algebra_routes(MDBFSC, "query_predictive", kernel=kernel)
 def test_convergence_study_refuses_to_choose_step_sizes_on_test_episodes(tmp_path):
     from zoo_md_bfsc.convergence import run
 
