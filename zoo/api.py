@@ -73,12 +73,23 @@ def bench(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike = "re
     :raises ZooError: when a cell failed (after writing the report of the others): the message
         names each failed cell and its ``error.txt``; running again retries them.
     """
-    from zoo.runner.bench import run_suite
-    from zoo.runner.report import write_report
     from zoo.runner.suite import suite_from_dict
 
     if isinstance(suite, Mapping):
-        suite = suite_from_dict("notebook", suite, "zoo.bench")
+        suite = suite_from_dict("notebook", suite, "the dict given to zoo.bench")
+    return _run(suite, out, methods=methods, settings=settings, device=device, workers=workers,
+                executor=executor, address=address, data_dir=data_dir, force=force,
+                progress=progress)
+
+
+def _run(suite: Any, out: str | os.PathLike, *, methods: Sequence[str] | None = None,
+         settings: Mapping[str, Any] | None = None, device: str = "auto", workers: int = 1,
+         executor: str = "local", address: str | None = None, data_dir: str | None = None,
+         force: bool = False, progress: bool = False) -> Any:
+    """:func:`bench` of a suite's name or a parsed :class:`zoo.runner.Suite`."""
+    from zoo.runner.bench import run_suite
+    from zoo.runner.report import write_report
+
     outcome = run_suite(suite, out=Path(out), data_dir=data_dir, device=device, executor=executor,
                   address=address, workers=workers, methods=methods, sets=as_sets(settings),
                   force=force, progress=progress)
@@ -105,15 +116,23 @@ def train_and_evaluate(method: str, dataset: str = "glyphs", way: int = 5, shot:
 
     :param hparams: the method's hyper-parameters (``{"temperature": 5}``), checked against its
         declarations.
-    :param settings: other suite settings, e.g. ``train_episodes=200, test_episodes=100,
-        val_every=50, backbone="conv4s"``.
+    :param settings: other suite settings (every key of a suite's ``[suite]`` table but
+        ``task``, ``methods``, ``train_datasets``, ``test_datasets``, ``ways``, ``shots`` and
+        ``seeds``, which the arguments give), e.g. ``train_episodes=200, test_episodes=100,
+        val_every=50, backbone="conv4s", kernel="rbf[lengthscale=2]", query=10``.
+    :raises ZooError: a setting or hyper-parameter that does not exist or is out of range,
+        the message naming ``zoo.train_and_evaluate``.
     """
-    suite = {"suite": {"description": f"{method} on {dataset}, {way}-way {shot}-shot",
-                       "task": "classification", "methods": [method],
-                       "train_datasets": [dataset], "test_datasets": list(test_datasets),
-                       "ways": [way], "shots": [shot], "seeds": [seed], **settings},
-             "methods": {method: dict(hparams or {})}}
-    return bench(suite, out, device=device, data_dir=data_dir, progress=progress)
+    from zoo.runner.suite import suite_from_dict
+
+    raw = {"suite": {"description": f"{method} on {dataset}, {way}-way {shot}-shot",
+                     "task": "classification", "methods": [method],
+                     "train_datasets": [dataset], "test_datasets": list(test_datasets),
+                     "ways": [way], "shots": [shot], "seeds": [seed], **settings},
+           "methods": {method: dict(hparams or {})}}
+    suite = suite_from_dict("train_and_evaluate", raw,
+                            f"zoo.train_and_evaluate({method!r}, {dataset!r})")
+    return _run(suite, out, device=device, data_dir=data_dir, progress=progress)
 
 
 def episodes(dataset: str | Any, way: int = 5, shot: int = 1, query: int = 15, *,

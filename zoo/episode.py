@@ -69,14 +69,17 @@ class EpisodeSampler:
         if way > n:
             raise EpisodeError(
                 f"split {split!r} of data set {dataset.name!r} has {n} classes, but way={way}: "
-                f"use --way {n} or less, or a data set with more classes")
+                f"use a way of {n} or less (zoo bench: --set ways=...; zoo train and zoo "
+                f"evaluate: --way), or a data set with more classes")
         sizes = dataset.class_sizes[self.classes]
         smallest = int(sizes.argmin())
         if shot + query > int(sizes[smallest]):
             raise EpisodeError(
                 f"class {dataset.class_names[int(self.classes[smallest])]!r} in split {split!r} of "
                 f"{dataset.name!r} has {int(sizes[smallest])} examples, but shot + query = "
-                f"{shot + query}: lower --shot or --query")
+                f"{shot + query}: lower the shot or the queries per class (zoo bench: --set "
+                f"shots=... or --set query=... / train_query=...; zoo train and zoo evaluate: "
+                f"--shot or --query)")
         self._sizes = sizes
 
     def seed_for(self, index: int) -> int:

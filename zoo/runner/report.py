@@ -155,7 +155,9 @@ def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = T
         atomic_write_text(out / "table.tex", latex(report))
     figures = draw_all(report, out) if plots else None
     if "html" in formats:
-        atomic_write_text(out / "report.html", html_report(report, Path(root), rows, pairs, figures))
+        kept = [] if plots else sorted(out.glob("*.png"))
+        atomic_write_text(out / "report.html",
+                          html_report(report, Path(root), rows, pairs, figures, kept))
     return report
 
 
