@@ -13,6 +13,8 @@ drift from it.
   (:data:`zoo.runner.suite.SETTINGS`, :data:`~zoo.runner.suite.SETTING_DOCS`), then each
   registered task kind's own settings with their defaults; a setting without a meaning is a
   build warning.
+- ``<!-- zoo:shared PACKAGE -->``: which hyper-parameters of those methods are shared, and the
+  base class each comes from (the tables mark them "(shared)").
 - ``<!-- zoo:names PACKAGE -->``: the names of those methods, for the methods' index.
 - ``<!-- zoo:docstring MODULE -->``: a module's docstring, as the method pages' "what the zoo
   implements".
@@ -96,6 +98,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             return hparams_tables(arg)
         if kind == "reference":
             return api_reference()
+        if kind == "shared":
+            return shared_hparams(arg)
         if kind == "settings":
             return settings_tables()
         if kind == "names":
@@ -151,6 +155,25 @@ def hparams_tables(package: str) -> str:
                    f"`--set {name}.KEY=VALUE` or in a suite's `[methods.{name}]`.\n\n"
                    + "\n".join(rows) + "\n")
     return "\n".join(out)
+
+
+def shared_hparams(package: str) -> str:
+    """A sentence naming the hyper-parameters the methods of ``package`` inherit, each with the
+    base class that declares it."""
+    origin: dict[str, str] = {}
+    for cls in _methods_of(package).values():
+        for key in cls.all_hparams():
+            home = next(k for k in cls.__mro__ if key in vars(k).get("hyperparameters", {}))
+            if not home.__module__.startswith(package):
+                origin.setdefault(key, home.__name__)
+    if not origin:
+        return "Every hyper-parameter below is the family's own."
+    by_class: dict[str, list[str]] = {}
+    for key, home in origin.items():
+        by_class.setdefault(home, []).append(f"`{key}`")
+    return ("Shared hyper-parameters (marked \"(shared)\" below) come from the base classes: "
+            + "; ".join(f"{', '.join(keys)} from `{home}`" for home, keys in by_class.items())
+            + ".")
 
 
 def settings_tables() -> str:

@@ -77,7 +77,7 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
     plugins = json.loads(run("-m", "zoo.cli", "plugins", "--json"))
     mine = next(p for p in plugins if p["name"] == "my-plugin")
     assert mine["distribution"] == "bayes-meta-zoo-my-plugin" and mine["error"] is None
-    assert mine["registered"]["methods"] == ["my-method", "shrinkage"]
+    assert mine["registered"]["methods"] == ["my-kernel-means", "my-method", "shrinkage"]
     assert mine["registered"]["kernels"] == ["my-laplace"]
     assert mine["registered"]["datasets"] == ["my-means", "my-stripes"]
     assert mine["registered"]["suites"] == ["my-means-suite", "my-suite"]
@@ -87,10 +87,12 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
     out = tmp_path / "results"
     run(*bench, "my-suite", "--device", "cpu", "--out", str(out / "a"), "--no-progress")
     lines = [json.loads(x) for x in (out / "a" / "results.jsonl").read_text().splitlines()]
-    assert sorted(line["method"] for line in lines) == ["my-method", "protonet"]
+    assert sorted(line["method"] for line in lines) == ["my-kernel-means", "my-method", "protonet"]
     mine = next(line for line in lines if line["method"] == "my-method")
     assert mine["hparams"]["temperature"] == 5.0
     assert mine["provenance"]["distribution"] == "bayes-meta-zoo-my-plugin"
+    kernel_means = next(line for line in lines if line["method"] == "my-kernel-means")
+    assert kernel_means["kernel"] == "rbf[lengthscale=4]"  # its [methods] kernel, over the default
     run(*bench, "my-means-suite", "--device", "cpu", "--out", str(out / "b"), "--no-progress")
     lines = [json.loads(x) for x in (out / "b" / "results.jsonl").read_text().splitlines()]
     assert sorted(line["samples"] for line in lines) == [2, 8]

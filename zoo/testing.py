@@ -6,8 +6,9 @@ plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
   gradient reaches the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes; and, for a
   method that declares it scores any way (:meth:`zoo.Method.scores_any_way`), 20-way episodes
   scored by a model built 2-way.
-- :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` equal to its
-  diagonal, per-class batching, gradients that reach the kernel's parameters and the features.
+- :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` (the
+  outputscale times the subclass's ``base_diag``) equal to its diagonal, per-class batching,
+  gradients that reach the kernel's parameters and the features.
 - :func:`check_dataset`: disjoint splits, class sizes, what ``gather`` returns, episodes that are
   a function of their coordinates.
 - :func:`check_task`: a task kind with one of its methods on one data set: episodes that are a
