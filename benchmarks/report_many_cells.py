@@ -5,10 +5,11 @@ The folder is made from a real one (e.g. ``runner_many_cells.py --out DIR`` stop
 hundred cells): its finished cells and their trainings are cloned under new seeds (seed + k x
 the largest seed + 1), so every clone has its own configuration, hash, folder and results line,
 and a valid folder of ``--cells`` cells results. Every file the report reads is a real copy
-(configs and results rewritten, episode records and training curves copied); the model files,
-which it does not read, are hard links. The numbers in the tables are the source's repeated, so
-only the time means anything. Then ``zoo report DIR`` runs in a fresh process (imports included,
-as a user runs it), with and without the figures, and the wall times are printed.
+(configs, results and the cell that each episode record names rewritten, training curves
+copied); the model files, which it does not read, are hard links. The numbers in the tables are
+the source's repeated, so only the time means anything. Then ``zoo report DIR`` runs in a fresh
+process (imports included, as a user runs it), with and without the figures, and the wall times
+are printed.
 
     python benchmarks/report_many_cells.py --source DIR --cells 10000 [--out DIR]
 """
@@ -26,7 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zoo.io import json_line
 from zoo.runner.cells import config_hash
+from zoo.runner.storage import read_jsonl, records_digest, write_jsonl
 
 LINKED = {".pt"}  # not read by the report: hard links, not copies
 
@@ -38,14 +41,18 @@ def clone_run(src: Path, dst_root: Path, seed: int) -> tuple[str, dict[str, Any]
     new = config_hash(config)
     dst = dst_root / new
     dst.mkdir(parents=True)
-    for path in src.iterdir():
+    # the result last: it records the digest of the records, which name their cell
+    for path in sorted(src.iterdir(), key=lambda p: p.name == "result.json"):
         if path.suffix in LINKED:
             os.link(path, dst / path.name)
         elif path.name == "config.json":
             (dst / path.name).write_text(json.dumps(config, indent=2, sort_keys=True))
+        elif path.name == "episodes.jsonl":
+            write_jsonl(dst / path.name, (json_line(r | {"cell": new}) for r in read_jsonl(path)))
         elif path.name == "result.json":
-            result = json.loads(path.read_text()) | {"config": config, "config_hash": new,
-                                                     "seed": seed}
+            result = json.loads(path.read_text()) | {
+                "config": config, "config_hash": new, "seed": seed,
+                "records_sha256": records_digest(dst / "episodes.jsonl")}
             (dst / path.name).write_text(json.dumps(result, indent=2, sort_keys=True))
         else:
             shutil.copyfile(path, dst / path.name)

@@ -185,7 +185,7 @@ def main() -> None:
         "shots": [1], "query": args.query, "train_query": args.query, "seeds": list(range(args.cells // 2)),
         "backbone": "pixels", "train_episodes": args.train_episodes, "val_episodes": 5,
         "val_every": max(1, args.train_episodes // 2), "test_episodes": args.test_episodes,
-        "checkpoint_every": max(1, args.train_episodes // 2)}}, "benchmark", reg)
+        "checkpoint_every": max(1, args.train_episodes // 2)}}, "benchmark", reg, registry=registry())
     out = args.out or Path(tempfile.mkdtemp(prefix="zoo-many-cells-"))
     load = os.getloadavg()[0]
     profiler = cProfile.Profile(time.process_time) if args.profile else None  # CPU time

@@ -51,8 +51,8 @@ def main() -> None:
         sets.append(f"train_episodes={args.train_episodes}")
     if args.test_episodes:
         sets.append(f"test_episodes={args.test_episodes}")
-    suite = apply_overrides(load_suite("quick"), sets, ["protonet"])
-    cells = expand_cells(suite, ["protonet"])
+    suite = apply_overrides(load_suite("quick", registry=registry()), sets, ["protonet"], registry=registry())
+    cells = expand_cells(suite, ["protonet"], registry=registry())
 
     cls = registry().get("methods", "protonet")
     cls.meta_loss = timed(cls.meta_loss)
@@ -64,7 +64,7 @@ def main() -> None:
         root = Path(tmp)
         atomic_write_json(root / MARKER, FORMAT)
         start = time.perf_counter()
-        (outcome,) = run_unit(cells, root, None, "cpu", threads=args.threads)
+        (outcome,) = run_unit(cells, root, None, "cpu", threads=args.threads, registry=registry())
         total = time.perf_counter() - start
     assert outcome.result is not None, outcome.error
     overhead = total - MODEL_TIME[0]

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.expectations import build_estimator
+from zoo.families.latent_gaussian import ESTIMATORS
 from zoo.gp import DTYPE
 from zoo.gram import FeatureGram
 from zoo.jitter import JitterPolicy
@@ -20,7 +21,7 @@ def _inputs(route: str):
     z = F.normalize(torch.randn(n, d, generator=g, device="cuda", dtype=DTYPE), dim=-1)
     K = FeatureGram.of(z).expand(C) if route == "features" else (z @ z.T).expand(C, n, n)
     onehot = F.one_hot(torch.arange(n, device="cuda") % C, C).to(DTYPE)
-    rule = build_estimator("sobol", samples=64).rule(C, seed=1, device="cuda")
+    rule = build_estimator("sobol", ESTIMATORS, samples=64).rule(C, seed=1, device="cuda")
     return K, SoftmaxLikelihood(onehot, rule)
 
 

@@ -64,7 +64,8 @@ def test_toml_blocks_parse_and_suites_expand():
                 continue
             raw = tomllib.loads(body)
             if "suite" in raw:
-                suite, methods = prepare_suite(suite_from_dict("docs", raw, str(page)))
+                suite, methods = prepare_suite(suite_from_dict("docs", raw, str(page), registry=registry()),
+                                               registry=registry())
                 assert expand_cells(suite, methods, registry()), f"{page}: the suite has no cell"
             checked += 1
     assert checked

@@ -17,6 +17,7 @@ from zoo.expectations import (
     build_estimator,
     standard_normal_draws,
 )
+from zoo.families.latent_gaussian import ESTIMATORS as NAMED
 from zoo.plugins import registry
 from zoo.seeds import draw_seed, episode_generator, episode_own_seed
 
@@ -103,18 +104,18 @@ def test_gradients_in_mean_and_variance_pass_gradcheck(estimator):
 
 def test_estimators_are_registered_and_built_from_specs():
     assert {"sobol", "mc", "gauss-hermite"} <= set(registry().names("estimators"))
-    assert build_estimator("sobol[samples=64]", samples=256) == SobolEstimator(samples=64)
-    assert build_estimator("sobol", samples=256) == SobolEstimator(samples=256)
-    assert build_estimator("gauss-hermite", samples=256) == GaussHermiteEstimator()
+    assert build_estimator("sobol[samples=64]", NAMED, samples=256) == SobolEstimator(samples=64)
+    assert build_estimator("sobol", NAMED, samples=256) == SobolEstimator(samples=256)
+    assert build_estimator("gauss-hermite", NAMED, samples=256) == GaussHermiteEstimator()
     with pytest.raises(HyperParameterError, match="no option"):
-        build_estimator("gauss-hermite[samples=3]")
+        build_estimator("gauss-hermite[samples=3]", NAMED)
     with pytest.raises(UnknownNameError, match="estimator"):
-        build_estimator("simpson")
+        build_estimator("simpson", NAMED)
     with pytest.raises(HyperParameterError, match="positive"):
         SobolEstimator(samples=0)
     # the learned state the method binds is not a spec option: refused when the spec is built
     with pytest.raises(HyperParameterError, match=r"no option\(s\) \['state'\]"):
-        build_estimator("meta-cv[state=1]")
+        build_estimator("meta-cv[state=1]", NAMED)
 
 
 def test_sobol_draws_are_antithetic_and_standard():

@@ -12,10 +12,11 @@ from torch import Tensor
 
 from zoo.backbones import Backbone
 from zoo.episode import Episode
-from zoo.families.gp import GPMethod, check_finite
+from zoo.families.gp import GPMethod
 from zoo.families.last_layer import LastLayerMethod
 from zoo.gaussians import FullGaussian
 from zoo.gp import DTYPE
+from zoo.jitter import check_finite
 from zoo.kernels import BUILTIN as KERNELS
 from zoo.seeds import episode_own_seed
 from zoo.testing import build_for_tests, toy_episode

@@ -227,7 +227,7 @@ def test_unknown_names_list_the_choices():
     from zoo import build_method
 
     with pytest.raises(UnknownNameError, match="unknown method 'nope'.*protonet"):
-        build_method("nope", way=5, in_channels=1, image_size=28)
+        build_method("nope", way=5, in_channels=1, image_size=28, registry=reg)
 
 
 def test_plugins_json_contract():
@@ -314,7 +314,7 @@ if "nearest-mean" in names:
 else:
     from zoo import build_method
     try:
-        build_method("nearest-mean", way=3, in_channels=1, image_size=28)
+        build_method("nearest-mean", way=3, in_channels=1, image_size=28, registry=registry())
     except Exception as exc:
         print(json.dumps({"listed": False, "error": str(exc)}))
 """

@@ -118,7 +118,7 @@ def test_the_check_catches_an_internal_import(tmp_path):
                       "    from zoo.gp import SitePosterior\n"
                       "    from zoo.kernels import _sqdist\n"
                       "    import zoo.runner.storage\n"
-                      "    return zoo.hookimpl, zoo.registry\n")
+                      "    return zoo.hookimpl, zoo.plugins\n")
     assert outside_the_surface(plugin, "probe.py") == [
         "probe.py:7 from zoo.gp import SitePosterior", "probe.py:8 from zoo.kernels import _sqdist",
-        "probe.py:9 import zoo.runner.storage", "probe.py:10 zoo.registry"]
+        "probe.py:9 import zoo.runner.storage", "probe.py:10 zoo.plugins"]

@@ -5,7 +5,8 @@ The public API
 What a plugin, a script or a user may import is exactly the names in ``__all__`` of ``zoo`` and of
 the entry points listed in :data:`PUBLIC_MODULES`:
 
-- ``zoo``: writing and registering a method (:class:`Method`, :class:`Prediction`,
+- ``zoo``: writing and registering a method (:class:`Method` for classification and
+  :class:`BaseMethod` under every kind's base, :class:`Prediction`,
   :class:`HParam`, :data:`hookimpl`, :func:`build_method`), episodes, the seeds of an episode's
   random draws, the errors the zoo raises, component specs and atomic JSON files, and the Python
   API for notebooks and scripts (:func:`bench`, :func:`train_and_evaluate`, :func:`episodes`,
@@ -44,13 +45,13 @@ if TYPE_CHECKING:
         HyperParameterError,
         NumericalError,
         ZooError,
-        check_finite,
     )
     from zoo.hookspecs import hookimpl
     from zoo.hparams import HParam
     from zoo.io import atomic_write_json
-    from zoo.method import Method, Prediction, build_method
-    from zoo.plugins import load_dataset
+    from zoo.jitter import check_finite
+    from zoo.method import BaseMethod, Method, build_method
+    from zoo.plugins import Registry, load_dataset, registry
     from zoo.polyagamma import device_generator
     from zoo.seeds import coordinate_seed, draw_seed, episode_generator, episode_own_seed, hash_seed
     from zoo.spec import parse_spec
@@ -63,7 +64,7 @@ PUBLIC_MODULES = ("zoo", "zoo.backbones", "zoo.data", "zoo.families", "zoo.gauss
 
 _HOMES = {
     # a method and its registration
-    "Method": "zoo.method", "Prediction": "zoo.method", "HParam": "zoo.hparams",
+    "BaseMethod": "zoo.method", "Method": "zoo.method", "Prediction": "zoo.method", "HParam": "zoo.hparams",
     "hookimpl": "zoo.hookspecs", "build_method": "zoo.method",
     # episodes and the seeds of their random draws
     "Episode": "zoo.episode", "EpisodeSampler": "zoo.episode",
@@ -73,20 +74,22 @@ _HOMES = {
     # errors
     "ZooError": "zoo.errors", "EpisodeError": "zoo.errors", "DataMissingError": "zoo.errors",
     "HyperParameterError": "zoo.errors", "NumericalError": "zoo.errors",
-    "check_finite": "zoo.errors",
+    "check_finite": "zoo.jitter",
     # components by name, files
     "parse_spec": "zoo.spec", "load_dataset": "zoo.plugins", "atomic_write_json": "zoo.io",
+    # the plugin registry (what build_method looks names up in): the process's, and its type
+    "registry": "zoo.plugins", "Registry": "zoo.plugins",
     # the Python API sits above the runner: named here for users and imported on first use only,
     # so the layers below it (which import zoo) never load it
     "bench": "zoo.api", "train_and_evaluate": "zoo.api", "episodes": "zoo.api",
     "load_results": "zoo.api",
 }
 
-__all__ = ["DataMissingError", "Episode", "EpisodeError", "EpisodeSampler", "HParam",
-           "HyperParameterError", "Method", "NumericalError", "Prediction", "ZooError",
+__all__ = ["BaseMethod", "DataMissingError", "Episode", "EpisodeError", "EpisodeSampler", "HParam",
+           "HyperParameterError", "Method", "NumericalError", "Prediction", "Registry", "ZooError",
            "atomic_write_json", "bench", "build_method", "check_finite", "coordinate_seed",
            "device_generator", "draw_seed", "episode_generator", "episode_own_seed", "episodes",
-           "hash_seed", "hookimpl", "load_dataset", "load_results", "parse_spec",
+           "hash_seed", "hookimpl", "load_dataset", "load_results", "parse_spec", "registry",
            "train_and_evaluate"]
 
 __getattr__, __dir__ = exports(globals(), _HOMES)

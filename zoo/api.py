@@ -73,28 +73,32 @@ def bench(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike = "re
     :raises ZooError: when a cell failed (after writing the report of the others): the message
         names each failed cell and its ``error.txt``; running again retries them.
     """
+    from zoo.plugins import registry
     from zoo.runner.suite import suite_from_dict
 
+    reg = registry()
     if isinstance(suite, Mapping):
-        suite = suite_from_dict("notebook", suite, "the dict given to zoo.bench")
-    return _run(suite, out, methods=methods, settings=settings, device=device, workers=workers,
-                executor=executor, address=address, data_dir=data_dir, force=force,
-                progress=progress)
+        suite = suite_from_dict("notebook", suite, "the dict given to zoo.bench", registry=reg)
+    return _run(suite, out, reg, methods=methods, settings=settings, device=device,
+                workers=workers, executor=executor, address=address, data_dir=data_dir,
+                force=force, progress=progress)
 
 
-def _run(suite: Any, out: str | os.PathLike, *, methods: Sequence[str] | None = None,
+def _run(suite: Any, out: str | os.PathLike, reg: Any, *, methods: Sequence[str] | None = None,
          settings: Mapping[str, Any] | None = None, device: str = "auto", workers: int = 1,
          executor: str = "local", address: str | None = None, data_dir: str | None = None,
          force: bool = False, progress: bool = False) -> Any:
-    """:func:`bench` of a suite's name or a parsed :class:`zoo.runner.Suite`."""
+    """:func:`bench` of a suite's name or a parsed :class:`zoo.runner.Suite`, with the plugin
+    registry ``reg``."""
+    from zoo.plugins import task_kind
     from zoo.runner.bench import run_suite
     from zoo.runner.report import write_report
 
     outcome = run_suite(suite, out=Path(out), data_dir=data_dir, device=device, executor=executor,
                   address=address, workers=workers, methods=methods, sets=as_sets(settings),
-                  force=force, progress=progress)
+                  force=force, progress=progress, registry=reg)
     if outcome.cells:
-        write_report(Path(out))
+        write_report(Path(out), kinds=task_kind)
     if outcome.failed:
         raise ZooError(f"{len(outcome.failed)} cell(s) of {out} failed; run the same call again "
                        "to retry them:\n  " + "\n  ".join(
@@ -123,6 +127,7 @@ def train_and_evaluate(method: str, dataset: str = "glyphs", way: int = 5, shot:
     :raises ZooError: a setting or hyper-parameter that does not exist or is out of range,
         the message naming ``zoo.train_and_evaluate``.
     """
+    from zoo.plugins import registry
     from zoo.runner.suite import suite_from_dict
 
     raw = {"suite": {"description": f"{method} on {dataset}, {way}-way {shot}-shot",
@@ -130,9 +135,10 @@ def train_and_evaluate(method: str, dataset: str = "glyphs", way: int = 5, shot:
                      "train_datasets": [dataset], "test_datasets": list(test_datasets),
                      "ways": [way], "shots": [shot], "seeds": [seed], **settings},
            "methods": {method: dict(hparams or {})}}
+    reg = registry()
     suite = suite_from_dict("train_and_evaluate", raw,
-                            f"zoo.train_and_evaluate({method!r}, {dataset!r})")
-    return _run(suite, out, device=device, data_dir=data_dir, progress=progress)
+                            f"zoo.train_and_evaluate({method!r}, {dataset!r})", registry=reg)
+    return _run(suite, out, reg, device=device, data_dir=data_dir, progress=progress)
 
 
 def episodes(dataset: str | Any, way: int = 5, shot: int = 1, query: int = 15, *,
@@ -159,11 +165,13 @@ def load_results(folder: str | os.PathLike, *, records: bool = False) -> Any:
     ``table.csv`` (seeds pooled): a pandas ``DataFrame`` when pandas is installed and
     ``records`` is false, else a list of dicts.
 
-    Reading results imports neither torch nor the plugins (the task kinds do the summing up).
+    Reading results of the built-in task kinds imports neither torch nor the plugins (the task
+    kinds do the summing up); a plugin's kind is taken from the process's plugin registry.
     """
+    from zoo.plugins import task_kind
     from zoo.runner.collect import load_report
 
-    rows = load_report(Path(folder)).rows()
+    rows = load_report(Path(folder), task_kind).rows()
     if records:
         return rows
     try:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,13 +40,16 @@ import torch
 from zoo.io import atomic_write_json
 from zoo.tasks.regression import RegressionEpisode, sample_task, task_seed
 
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
+
 log = logging.getLogger(__name__)
 
 RANDOM = "random"
 
 
 def train_surrogate(method: str, family: str, out: Path, settings: Mapping[str, Any],
-                    data_dir: str | None, device: str, registry: Any) -> torch.nn.Module:
+                    data_dir: str | None, device: str, registry: Registry) -> torch.nn.Module:
     """``method`` meta-trained on ``family`` by the runner (resumed or loaded from ``out``), with
     the entries of ``settings["hparams"]`` that it declares."""
     from zoo.runner.cells import expand_cells
@@ -60,7 +63,7 @@ def train_surrogate(method: str, family: str, out: Path, settings: Mapping[str, 
         "hparams": {k: v for k, v in settings["hparams"].items() if k in declared},
         **{k: settings[k] for k in ("train_episodes", "train_tasks", "train_targets",
                                      "train_max_context", "val_episodes", "val_every")}},
-    }, "zoo.bayesopt", registry)
+    }, "zoo.bayesopt", registry=registry)
     cell = expand_cells(suite, [method], registry)[0]
     dataset = registry.get("datasets", family)(data_dir=data_dir).to(device)
     trained = train_model(cell, out / family / method, dataset, device, registry)
@@ -102,7 +105,8 @@ def summarise(curves: list[list[float]]) -> dict[str, Any]:
 
 
 def run(out: Path, data_dir: str | None, device: str, settings: Mapping[str, Any]) -> dict:
-    """The ``np-bo`` suite's entry: writes ``bo.json`` and ``regret.png`` into ``out``."""
+    """The ``np-bo`` suite's entry: writes ``bo.json`` and ``regret.png`` into ``out``. An entry
+    runs a whole experiment as the bench would, so it loads the process's plugin registry."""
     from zoo.plugins import registry as process_registry
 
     registry = process_registry()

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoo import backbones, baselines, expectations, kernels, stein_kernels, tasks
-from zoo.control_variates import gaussian as cv_estimators
+from zoo import backbones, baselines, kernels, stein_kernels, tasks
 from zoo.control_variates import methods as cv_methods
 from zoo.data import DATASETS
 from zoo.data.completion import load_digits_completion, load_mnist_completion
@@ -22,6 +21,7 @@ from zoo.data.integrands import (
 )
 from zoo.data.optimisation import load_branin, load_forrester, load_hartmann3
 from zoo.data.streams import load_digits_stream, load_mnist_stream
+from zoo.families.latent_gaussian import ESTIMATORS
 from zoo.hookspecs import hookimpl
 
 GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
@@ -51,7 +51,7 @@ def zoo_register_kernels(register):
 
 @hookimpl
 def zoo_register_estimators(register):
-    for name, cls in {**expectations.BUILTIN, **cv_estimators.BUILTIN}.items():
+    for name, cls in ESTIMATORS.items():
         register(name, cls)
 
 

@@ -106,8 +106,22 @@ def tasks_cmd(args: argparse.Namespace) -> int:
     return print_rows(_listing("tasks"), args.json, args.detail)
 
 
+@command("suites", _listing_args)
+def suites_cmd(args: argparse.Namespace) -> int:
+    """List benchmark suites (built-in and from plugins; an entry suite runs its own experiment
+    function). zoo bench PATH.toml runs a suite file."""
+    from zoo.listing import listings
+
+    rows = listings()["suites"]
+    if not (args.json or args.detail):  # where each comes from: -v
+        rows = [{k: r[k] for k in ("name", "plugin", "task", "description")} for r in rows]
+    return print_rows(rows, args.json, args.detail)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    _load_subcommands()
+    from zoo.runner.cli import register_commands
+
+    register_commands(command)
     parser = argparse.ArgumentParser(prog="zoo", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -122,11 +136,6 @@ def summary(fn: Callable) -> str:
     """The first paragraph of ``fn``'s docstring on one line (a sub-command's line in ``zoo -h``;
     the first physical line would cut a sentence that wraps)."""
     return " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
-
-
-def _load_subcommands() -> None:
-    """Modules that add sub-commands with :func:`command` (the runner's live in zoo.runner)."""
-    import zoo.runner.cli  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

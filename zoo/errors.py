@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from torch import Tensor
-
-    from zoo.episode import Episode
 
 
 class ZooError(Exception):
@@ -49,17 +43,3 @@ class PluginError(ZooError):
 
 class HyperParameterError(ZooError, ValueError):
     """An unknown hyper-parameter, or a value that its declaration (zoo.hparams.HParam) refuses."""
-
-
-def check_finite(x: Tensor, what: str, episode: Episode,
-                 remedy: str = "lower the learning rate or check the input images") -> Tensor:
-    """``x`` itself if every value is finite, else a :class:`NumericalError` that names ``what``,
-    the episode and the ``remedy``; inside a batched meta-loss (:mod:`zoo.batching`) the check is
-    made at the end of the call."""
-    from zoo.batching import defer_check
-
-    if defer_check(x.isfinite()):
-        return x
-    if not bool(x.isfinite().all()):
-        raise NumericalError(f"non-finite {what} in episode {episode.id}; {remedy}")
-    return x

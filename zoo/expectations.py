@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from zoo.errors import HyperParameterError
+from zoo.errors import HyperParameterError, UnknownNameError
 from zoo.gp import DTYPE
 from zoo.spec import parse_spec
 
@@ -237,14 +237,16 @@ BUILTIN: dict[str, type[Estimator]] = {
     cls.name: cls for cls in (SobolEstimator, MonteCarloEstimator, GaussHermiteEstimator)}
 
 
-def build_estimator(spec: str, **fallback: Any) -> Estimator:
-    """The registered estimator a spec names (``"sobol[samples=64]"``). ``fallback`` options (a
+def build_estimator(spec: str, estimators: Mapping[str, type[Estimator]], **fallback: Any
+                    ) -> Estimator:
+    """The estimator a spec names (``"sobol[samples=64]"``), its class looked up in
+    ``estimators`` (by name: a registry's ``items("estimators")``). ``fallback`` options (a
     method's sample count for the phase at hand) apply where the spec leaves them unset and the
     estimator takes them."""
-    from zoo.plugins import registry
-
     name, options = parse_spec(spec, "estimator")
-    cls = registry().get("estimators", name)
+    if name not in estimators:
+        raise UnknownNameError("estimator", name, estimators)
+    cls = estimators[name]
     # a field the method sets through bind() (a learned state) is not an option of the spec
     bound = {f.name for f in fields(cls) if f.metadata.get("bound")} if is_dataclass(cls) else set()
     accepted = set(inspect.signature(cls).parameters) - bound

@@ -1,4 +1,5 @@
-"""The explicit, counted jitter policy for Cholesky factorisations of nearly singular matrices.
+"""Numerical checks: values that must be finite (:func:`check_finite`), and the explicit,
+counted jitter policy for Cholesky factorisations of nearly singular matrices.
 
 Never a silent identity or pseudo-inverse fallback: every use is counted and reported with the
 results (``Method.counters``), and a matrix that stays indefinite raises with the episode.
@@ -10,6 +11,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -17,7 +19,22 @@ from torch import Tensor
 from zoo.batching import defer_check, in_batched_call
 from zoo.errors import NumericalError
 
+if TYPE_CHECKING:
+    from zoo.episode import Episode
+
 log = logging.getLogger(__name__)
+
+
+def check_finite(x: Tensor, what: str, episode: Episode,
+                 remedy: str = "lower the learning rate or check the input images") -> Tensor:
+    """``x`` itself if every value is finite, else a :class:`~zoo.errors.NumericalError` that
+    names ``what``, the episode and the ``remedy``; inside a batched meta-loss
+    (:mod:`zoo.batching`) the check is made at the end of the call."""
+    if defer_check(x.isfinite()):
+        return x
+    if not bool(x.isfinite().all()):
+        raise NumericalError(f"non-finite {what} in episode {episode.id}; {remedy}")
+    return x
 
 
 @dataclass

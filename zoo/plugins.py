@@ -361,6 +361,17 @@ def load_dataset(name: str, data_dir=None, download: bool = True, **options: Any
     return registry().get("datasets", name)(data_dir=data_dir, download=download, **options)
 
 
+def task_kind(name: str) -> Any:
+    """The task kind ``name``: a built-in one without loading the plugins (their imports,
+    torch's among them, take seconds that reading results does not need; no plugin can take a
+    built-in kind's name), else the process's registry's."""
+    from zoo.tasks import BUILTIN
+
+    if name in BUILTIN:
+        return BUILTIN[name]()
+    return registry().get("tasks", name)
+
+
 def reset() -> None:
     """Forget the loaded registry (after installing or removing a plugin in this process)."""
     global _REGISTRY

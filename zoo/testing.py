@@ -159,8 +159,10 @@ class TanhBackbone(Backbone):
 # -- methods ---------------------------------------------------------------------------------------
 
 def build_for_tests(name: str, way: int, **hparams: Any) -> Method:
+    from zoo.plugins import registry
+
     return build_method(name, way=way, in_channels=1, image_size=28, backbone="conv4s", seed=0,
-                        **hparams)
+                        registry=registry(), **hparams)
 
 
 def _backward_meta_loss(method: Any, episode: Any, at: str) -> None:
@@ -414,7 +416,8 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     assert task.name == kind, f"task kind registered as {kind!r} calls itself {task.name!r}"
     suite = suite_from_dict("conformance", {"suite": {
         "task": kind, "methods": [method], "train_datasets": [dataset], "seeds": [0],
-        "train_episodes": 1, "val_episodes": 1, "test_episodes": 2, **settings}}, "check_task")
+        "train_episodes": 1, "val_episodes": 1, "test_episodes": 2, **settings}}, "check_task",
+        registry=reg)
     cell = expand_cells(suite, [method], reg)[0]
     base, options = parse_spec(dataset)
     data = check_data_object(load_dataset(base, **options), kind, dataset)
@@ -424,7 +427,7 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     episode = get(0)
     assert _same(episode, get(0)), (f"{kind}: test episode 0 of {dataset} differs between two "
                                     "calls; draw it from a generator seeded by its coordinates")
-    model = task.build(reg.get("methods", method), cell, data, reg)
+    model = reg.get("methods", method).from_cell(cell, data, reg)
     model.eval()
     with torch.no_grad():
         task.prepare(model, get, range(count))  # as the runner, before the predictions
@@ -440,6 +443,14 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
                          "their 'seconds', which the runner adds to each record)")
     value = task.selection_value([record])
     assert math.isfinite(value), f"{kind}: selection value {value} of a valid record is not finite"
+    from zoo.tasks import TaskView
+    from zoo.tasks.figures import CurveGrid, MetricLines, ParameterLines, Reliability
+
+    assert isinstance(task.view, TaskView), f"{kind}: view is not a zoo.tasks.TaskView"
+    assert isinstance(task.view.cell_text(summary), str), f"{kind}: cell_text must give text"
+    figures = (CurveGrid, MetricLines, ParameterLines, Reliability)
+    assert all(isinstance(f, figures) for f in task.view.figures), \
+        f"{kind}: view.figures must hold figures of zoo.tasks.figures (the runner draws those)"
 
 
 # -- GP algebra routes -----------------------------------------------------------------------------

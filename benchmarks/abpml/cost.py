@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from zoo import EpisodeSampler, build_method
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 from zoo.runner.malloc import RETAIN, exec_with, malloc_setting
 
 torch.set_num_threads(1)
@@ -33,7 +33,7 @@ MALLOC = malloc_setting()
 def train_step(name: str, episode, device: str, steps: int) -> Callable[[], None]:
     method = build_method(name, way=episode.way, in_channels=1, image_size=28, seed=0,
                           backbone="conv4s", inner_steps=steps, inner_lr=0.1,
-                          meta_batch=1).to(device).train()
+                          meta_batch=1, registry=registry()).to(device).train()
     opt = torch.optim.Adam(method.param_groups())
 
     def step() -> None:

@@ -18,7 +18,7 @@ import torch
 
 from zoo.episode import EpisodeSampler
 from zoo.method import Method, build_method
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 
 
 def accuracy(method: Method, sampler: EpisodeSampler, episodes: int) -> float:
@@ -50,7 +50,8 @@ def main() -> None:
     hparams = dict(item.split("=", 1) for item in args.set)
     data = load_dataset("glyphs")
     method = build_method(args.method, way=5, in_channels=data.in_channels,
-                          image_size=data.image_size, backbone="conv4s", seed=args.seed, **hparams)
+                          image_size=data.image_size, backbone="conv4s", seed=args.seed, **hparams,
+                          registry=registry())
     optimizer = torch.optim.Adam(method.param_groups())
     train = EpisodeSampler(data, "train", 5, args.shot, 5, seed=args.seed)
     test = EpisodeSampler(data, "test", 5, args.shot, 15, seed=args.seed)

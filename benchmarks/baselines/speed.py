@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from zoo.method import build_method
+from zoo.plugins import registry
 from zoo.runner.malloc import RETAIN, exec_with, malloc_setting
 from zoo.testing import toy_episode
 
@@ -45,7 +46,7 @@ def seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> flo
 
 def measure(name: str, way: int, shot: int, repeats: int, device: torch.device) -> tuple[float, float]:
     method = build_method(name, way=way, in_channels=1, image_size=28, backbone="conv4s",
-                          seed=0).to(device)
+                          seed=0, registry=registry()).to(device)
     episode = toy_episode(way, shot, query=15).to(device)
     opt = torch.optim.Adam(method.param_groups())
 

@@ -30,9 +30,10 @@ import torch
 
 from zoo.episode import EpisodeSampler
 from zoo.expectations import build_estimator
+from zoo.families.latent_gaussian import ESTIMATORS as NAMED
 from zoo.method import build_method
 from zoo.metrics import ece_mce
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 from zoo.variational import softmax_draw_moments
 
 ESTIMATORS = ["mc", "sobol", "poly-cv[degree=1]", "poly-cv[degree=2]", "control-functional",
@@ -113,7 +114,7 @@ def run(name: str, args) -> dict:
     train = load_dataset(args.train_dataset)
     method = build_method(name, way=args.way, in_channels=data.in_channels,
                           image_size=data.image_size, seed=0, estimator=args.train_estimator,
-                          **TRAINING[name])
+                          **TRAINING[name], registry=registry())
     if args.train_episodes:
         sampler = EpisodeSampler(train, "train", args.way, args.shot, 5, seed=0)
         opt = torch.optim.Adam(method.parameters(), lr=1e-3)
@@ -125,14 +126,14 @@ def run(name: str, args) -> dict:
     sampler = EpisodeSampler(data, "test", args.way, args.shot, args.query, seed=1)
     episodes = [sampler[i] for i in range(args.episodes)]
     cases = [(chains_of(name, captured(method, e), args.chains), e.query_y) for e in episodes]
-    reference = build_estimator("sobol[samples=65536]")
+    reference = build_estimator("sobol[samples=65536]", NAMED)
 
     def reference_probs(case):
         """The reference, in chunks of integrals that keep the draws under ~2e7 numbers;
         one-dimensional integrals (OVE) by 100-node Gauss-Hermite."""
         mean, var = case["mean"], case["var"]
         dim = mean.shape[-1]
-        est = build_estimator("gauss-hermite[nodes=100]") if dim == 1 else reference
+        est = build_estimator("gauss-hermite[nodes=100]", NAMED) if dim == 1 else reference
         flat_m, flat_v = mean.reshape(-1, dim), var.reshape(-1, dim)
         step = max(1, 20_000_000 // (65536 * dim))
         parts = [est.expect(case["g"], flat_m[i:i + step], flat_v[i:i + step]).value
@@ -157,7 +158,7 @@ def run(name: str, args) -> dict:
         for S in args.budgets:
             if args.max_fitted < S and spec.split("[")[0] in ("neural-cv", "vv-cv", "meta-cv"):
                 continue
-            est = build_estimator(spec, samples=S)
+            est = build_estimator(spec, NAMED, samples=S)
             start = time.perf_counter()
             draws = [[probs_of(est, c, 1000 + r) for r in range(args.seeds)] for c, _ in cases]
             ms = 1000 * (time.perf_counter() - start) / (len(cases) * args.seeds)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from zoo.data.integrands import BOREHOLE_MEAN, BOREHOLE_VAR, borehole
+from zoo.plugins import registry
 
 
 def line_moments(g, dim: int, draws: int, nodes: int, seed: int) -> tuple[float, float]:
@@ -90,7 +91,8 @@ def classifier_case(name: str, args) -> dict[str, float]:
 
     data = load_dataset("digits")
     method = build_method(name, way=5, in_channels=data.in_channels, image_size=data.image_size,
-                          seed=0, estimator="neural-cv[samples=8,epochs=1]", **TRAINING[name])
+                          seed=0, estimator="neural-cv[samples=8,epochs=1]", **TRAINING[name],
+                          registry=registry())
     method.eval()
     sampler = EpisodeSampler(data, "test", 5, 5, args.query, seed=1)
     between = total = 0.0

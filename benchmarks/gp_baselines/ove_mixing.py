@@ -21,7 +21,7 @@ import torch
 
 from zoo.episode import Episode, EpisodeSampler
 from zoo.method import build_method
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 
 
 def probs(method: torch.nn.Module, episode: Episode, seed_offset: int) -> torch.Tensor:
@@ -49,7 +49,8 @@ def main() -> None:
           f"{'TV j-j':>8s} {'TV b-b':>8s}")
     for steps in map(int, args.steps.split(",")):
         methods = {s: build_method("ove", way=args.way, in_channels=1, image_size=28,
-                                   backbone="conv4s", seed=0, sampler=s, test_steps=steps).eval()
+                                   backbone="conv4s", seed=0, sampler=s, test_steps=steps,
+                                   registry=registry()).eval()
                    for s in ("joint", "blocked")}
         acc = {s: 0.0 for s in methods}
         tv = {"j-b": 0.0, "j-j": 0.0, "b-b": 0.0}

@@ -23,6 +23,7 @@ import torch
 
 from zoo.episode import Episode
 from zoo.method import Method, build_method
+from zoo.plugins import registry
 from zoo.testing import toy_episode
 
 CONFIGS = [("dkt", {}), ("ove", {"sampler": "joint"}), ("ove", {"sampler": "blocked"}),
@@ -88,7 +89,7 @@ def main() -> None:
         if wanted and name not in wanted:
             continue
         m = build_method(name, way=args.way, in_channels=1, image_size=args.image_size,
-                         backbone=args.backbone, seed=0, **hp).to(args.device)
+                         backbone=args.backbone, seed=0, **hp, registry=registry()).to(args.device)
         label = name + "".join(f" {k}={v}" for k, v in hp.items())
         test = seconds(test_episode(m), episodes, args.device)
         train = (math.nan, math.nan) if args.no_train else seconds(train_step(m), episodes,

@@ -79,6 +79,7 @@ from torch import Tensor, nn
 
 from zoo.episode import Episode
 from zoo.method import build_method
+from zoo.plugins import registry
 from zoo.testing import toy_episode
 
 WAY, SHOT, QUERY, DIM = 5, 5, 15, 64
@@ -265,7 +266,7 @@ BUILDERS = {"dkt": build_dkt, "dkt-core": lambda features: build_dkt(features, c
 
 def build_ours(ref: Reference, features: bool) -> Calls:
     m = build_method(ref.ours, way=WAY, in_channels=1, image_size=28, backbone="conv4s", seed=0,
-                     **ref.hparams)
+                     **ref.hparams, registry=registry())
     if features:
         m.backbone = Identity()
     opt = torch.optim.Adam(m.param_groups())

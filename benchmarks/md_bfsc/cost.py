@@ -26,7 +26,7 @@ import time
 import torch
 
 from zoo import EpisodeSampler, build_method
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 from zoo.runner.malloc import RETAIN, exec_with, malloc_setting
 from zoo.testing import toy_episode
 
@@ -48,7 +48,7 @@ def median_time(fn, repeat: int) -> float:
 
 def train_step(name: str, episode, **hparams) -> float:
     method = build_method(name, way=episode.way, in_channels=1, image_size=28, seed=0,
-                          backbone="conv4s", **hparams).train()
+                          backbone="conv4s", **hparams, registry=registry()).train()
     opt = torch.optim.Adam(method.param_groups())
 
     def step() -> None:
@@ -97,9 +97,9 @@ def grid_cell(way: int, shot: int, repeat: int, budget: float) -> str:
     """One row of the way x shot table (see the module docstring for the protocol)."""
     ep = toy_episode(way, shot, query=15)
     md = build_method("md-bfsc", way=way, in_channels=1, image_size=28, seed=0,
-                      backbone="conv4s").eval()
+                      backbone="conv4s", registry=registry()).eval()
     proto = build_method("protonet", way=way, in_channels=1, image_size=28, seed=0,
-                         backbone="conv4s").eval()
+                         backbone="conv4s", registry=registry()).eval()
     steps = md.hparams["steps_test"]
 
     def predict(m, inner_steps: int | None = None) -> float:

@@ -19,7 +19,7 @@ import torch
 
 from zoo.episode import EpisodeSampler
 from zoo.method import build_method
-from zoo.plugins import load_dataset
+from zoo.plugins import load_dataset, registry
 from zoo.spec import parse_spec
 
 
@@ -46,7 +46,8 @@ def main() -> None:
     print(f"episode (sample, gather, rotate, to float): {episode_ms:.1f} ms CPU")
     for width in args.widths:
         method = build_method("protonet", way=args.way, in_channels=1, image_size=28,
-                              backbone="conv4s", backbone_options={"width": width}, seed=0)
+                              backbone="conv4s", backbone_options={"width": width}, seed=0,
+                              registry=registry())
         optimizer = torch.optim.Adam(method.parameters(), lr=1e-3)
         method.meta_loss(episodes[0]).backward()  # warm-up
         start = time.process_time()

@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 
 from zoo import build_method
+from zoo.plugins import registry
 from zoo.runner.malloc import RETAIN, RETURN, VARIABLE, exec_with, malloc_setting
 from zoo.spec import parse_spec
 from zoo.testing import toy_episode
@@ -119,7 +120,7 @@ def build(spec: str, way: int, kernel: str, algebra: str, device: torch.device, 
     options = given if name == "protonet" else {"algebra": algebra, **hparams, **given}
     k = None if name == "protonet" or kernel == "default" else kernel
     return build_method(name, way=way, in_channels=1, image_size=28, backbone="conv4s", seed=0,
-                        kernel=k, **options).to(device)
+                        kernel=k, **options, registry=registry()).to(device)
 
 
 def cell(way: int, shot: int, args, device: torch.device) -> dict:

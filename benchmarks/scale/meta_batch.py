@@ -31,6 +31,7 @@ from gp_scale import timed
 
 from zoo import build_method
 from zoo.batching import batched_losses
+from zoo.plugins import registry
 from zoo.testing import toy_episode
 
 log = logging.getLogger("meta_batch")
@@ -57,7 +58,7 @@ def measure(name: str, n: int, args: argparse.Namespace, device: torch.device) -
     runs: dict[str, Callable[[], None]] = {}
     for mode in ("loop", "batched"):
         method = build_method(name, way=args.way, in_channels=1, image_size=28,
-                              backbone="conv4s", seed=0).to(device).train()
+                              backbone="conv4s", seed=0, registry=registry()).to(device).train()
         optimizer = torch.optim.Adam(method.param_groups())
         runs[mode] = lambda m=method, o=optimizer, b=(mode == "batched"): step(m, o, episodes, b)
         runs[mode]()  # warm-up

@@ -20,6 +20,7 @@ import time
 import torch
 
 from zoo import build_method
+from zoo.plugins import registry
 from zoo.testing import toy_episode
 
 PRECISIONS = ("float64", "float32", "tf32")
@@ -52,7 +53,8 @@ def main() -> None:
             for precision in precisions:
                 set_precision(precision)
                 method = build_method(method_name, way=way, in_channels=1, image_size=28,
-                                      backbone="conv4s", seed=0, kernel=kernel).to(device).eval()
+                                      backbone="conv4s", seed=0, kernel=kernel,
+                                      registry=registry()).to(device).eval()
                 probs, t = [], time.perf_counter()
                 try:
                     with torch.no_grad():

@@ -9,6 +9,7 @@ from collections import defaultdict
 import pytest
 
 from zoo.errors import ZooError
+from zoo.plugins import registry
 from zoo.runner.bench import prepare_suite
 from zoo.runner.cells import expand_cells
 from zoo.runner.plots import varying_parameter
@@ -19,9 +20,9 @@ GENZ = "genz-oscillatory[dim={}]"
 
 @pytest.fixture(scope="module")
 def cells():
-    suite, methods = prepare_suite("cv-paper")
+    suite, methods = prepare_suite("cv-paper", registry=registry())
     by_row = defaultdict(dict)
-    for c in expand_cells(suite, methods):
+    for c in expand_cells(suite, methods, registry=registry()):
         row = f"{c.method} {c.variant}".strip()
         by_row[row][(c.train_dataset, c.shape["samples"])] = c
     return by_row
@@ -69,8 +70,8 @@ def test_meta_cv_study_n_t_d_and_l_at_the_thesis_scale(cells):
 
 def test_reduced_run_overrides_reach_every_part():
     suite, methods = prepare_suite("cv-paper", ["test_episodes=5", "train_episodes=100",
-                                                "vv-cv.steps=50"])
-    cells = expand_cells(suite, methods)
+                                                "vv-cv.steps=50"], registry=registry())
+    cells = expand_cells(suite, methods, registry=registry())
     assert {c.test_episodes for c in cells} == {5}
     assert {c.train_episodes for c in cells} == {100}
     assert {c.hparams["steps"] for c in cells if c.method == "vv-cv"

@@ -14,6 +14,7 @@ from zoo.control_variates.gaussian import MetaCVEstimator
 from zoo.control_variates.methods import MetaControlVariate
 from zoo.errors import HyperParameterError
 from zoo.expectations import build_estimator
+from zoo.families.latent_gaussian import ESTIMATORS
 from zoo.kernels import RBFKernel
 from zoo.stein import first_order
 from zoo.stein_kernels import matrix_stein_kernel, stein_kernel
@@ -103,7 +104,7 @@ def test_class_probabilities_sum_to_one_exactly(spec):
     g = torch.Generator().manual_seed(0)
     mean = torch.randn(6, 5, generator=g, dtype=D)
     var = 2 * torch.rand(6, 5, generator=g, dtype=D)
-    estimator = build_estimator(spec)
+    estimator = build_estimator(spec, ESTIMATORS)
     for integrand in (lambda f: torch.softmax(f, -1), SoftmaxMean(D)):
         probs = estimator.expect(integrand, mean, var, seed=5).value
         torch.testing.assert_close(probs.sum(-1), torch.ones(6, dtype=D), rtol=0, atol=1e-12)
@@ -113,10 +114,10 @@ def test_gaussian_poly_cv_beats_monte_carlo_on_smooth_probabilities():
     g = torch.Generator().manual_seed(0)
     mean = torch.randn(50, 3, generator=g, dtype=D)
     var = 0.5 * torch.rand(50, 3, generator=g, dtype=D)
-    ref = build_estimator("sobol[samples=65536]").expect(SoftmaxMean(D), mean, var).value
+    ref = build_estimator("sobol[samples=65536]", ESTIMATORS).expect(SoftmaxMean(D), mean, var).value
     err = {}
     for spec in ("mc[samples=64]", "poly-cv[samples=64]"):
-        est = build_estimator(spec).expect(lambda f: torch.softmax(f, -1), mean, var, seed=1)
+        est = build_estimator(spec, ESTIMATORS).expect(lambda f: torch.softmax(f, -1), mean, var, seed=1)
         err[spec] = float((est.value - ref).pow(2).mean())
     assert err["poly-cv[samples=64]"] < err["mc[samples=64]"] / 10
 
@@ -372,7 +373,7 @@ def test_vv_cv_estimator_with_zero_correlation_is_each_task_alone():
     def g(f):
         return torch.sin(f) + f.pow(2)
 
-    est = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.0,lengthscale=1.5]")
+    est = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.0,lengthscale=1.5]", ESTIMATORS)
     e = est.expect(g, mean, var, seed=4)
     z = est.task_draws(2, 3, 4)
     kernel = RBFKernel(2, lengthscale=1.5, learn_outputscale=False).double()
@@ -384,7 +385,7 @@ def test_vv_cv_estimator_with_zero_correlation_is_each_task_alone():
         beta, _, _ = linear.gls_fit(K0, g(mean[t] + var[t].sqrt() * z[t]), lam)
         torch.testing.assert_close(e.value[t], beta, rtol=1e-8, atol=1e-10)
     assert torch.isfinite(e.stderr).all() and (e.stderr > 0).all()
-    coupled = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.5,lengthscale=1.5]")
+    coupled = build_estimator("vv-cv[samples=12,tasks=3,correlation=0.5,lengthscale=1.5]", ESTIMATORS)
     assert not torch.allclose(coupled.expect(g, mean, var, seed=4).value, e.value)
 
 

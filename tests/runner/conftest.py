@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from zoo.plugins import registry
 from zoo.runner.suite import Suite, suite_from_dict
 
 TINY: dict[str, Any] = {
@@ -24,7 +25,7 @@ TINY: dict[str, Any] = {
 
 def tiny_suite(**settings: Any) -> Suite:
     raw = {"suite": {**TINY["suite"], **settings}}
-    return suite_from_dict("tiny", raw, "tests")
+    return suite_from_dict("tiny", raw, "tests", registry=registry())
 
 
 @pytest.fixture(autouse=True)

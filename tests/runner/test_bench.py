@@ -248,7 +248,7 @@ def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
         "    (out_dir / 'out.json').write_text(json.dumps([device, settings]))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     suite = suite_from_dict("exp", {"suite": {"entry": "my_experiment:run"},
-                                    "settings": {"steps": 3}})
+                                    "settings": {"steps": 3}}, registry=registry())
     out = tmp_path / "r"
     run_suite(suite, out=out, device="cpu", sets=["steps=5"], progress=False)
     assert json.loads((out / "experiments" / "exp" / "out.json").read_text()) == ["cpu",
@@ -261,7 +261,7 @@ def test_entry_suite_calls_the_function(tmp_path, monkeypatch):
 def test_an_entry_that_cannot_be_loaded_is_named(tmp_path, entry):
     from zoo.runner.suite import SuiteError, suite_from_dict
 
-    suite = suite_from_dict("exp", {"suite": {"entry": entry}})
+    suite = suite_from_dict("exp", {"suite": {"entry": entry}}, registry=registry())
     with pytest.raises(SuiteError, match=f"entry '{entry}' cannot be loaded.*plugin"):
         run_suite(suite, out=tmp_path / "r", device="cpu", progress=False)
 
@@ -270,8 +270,8 @@ def test_table_cell_gives_raw_and_calibrated_ece():
     from zoo.tasks.classification import Classification
 
     row = {"accuracy": 0.8, "ci95": 0.02, "ece": 0.5, "ece_calibrated": 0.03, "status": "done"}
-    assert Classification().cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
-    assert Classification().cell_text(row, error=True) == "20.0 ± 2.0% err"
+    assert Classification().view.cell_text(row, error=False) == "80.0 ± 2.0 (ECE 50.0 / 3.0%)"
+    assert Classification().view.cell_text(row, error=True) == "20.0 ± 2.0% err"
 
 
 def test_evaluate_set_changes_a_test_time_hparam_and_records_it(tmp_path, capsys):
@@ -323,11 +323,11 @@ def test_an_older_results_folder_says_what_it_is_and_what_to_do(finished, tmp_pa
     for attempt in (lambda: run_suite(tiny_suite(), out=out, device="cpu", progress=False),
                     lambda: Results.open(out, create=False, keep_records=True)):
         with pytest.raises(OldResultsFolderError, match=r"format version 1, written by an older "
-                           r"zoo; this zoo writes version 2.*another --out.*--force"):
+                           r"zoo; this zoo writes version 3.*another --out.*--force"):
             attempt()
     assert main(["report", str(out)]) == 2 and "format version 1" in capsys.readouterr().err
     assert snapshot(out) == before  # nothing changed
     outcome = run_suite(tiny_suite(), out=out, device="cpu", progress=False, force=True)
     assert len(outcome.finished) == 2 and outcome.skipped == 0
-    assert json.loads((out / "zoo-results.json").read_text())["version"] == 2
+    assert json.loads((out / "zoo-results.json").read_text())["version"] == 3
     assert not stale.exists() and len((out / "results.jsonl").read_text().splitlines()) == 2

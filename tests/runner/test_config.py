@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from zoo.errors import UnknownNameError
+from zoo.plugins import registry
 from zoo.runner.bench import prepare_suite
 from zoo.runner.cells import config_hash, expand_cells
 from zoo.runner.suite import (
@@ -22,12 +24,13 @@ from .conftest import tiny_suite
 
 
 def test_cell_hash_names_the_resolved_config():
-    cells = expand_cells(tiny_suite(), ["protonet"])
+    cells = expand_cells(tiny_suite(), ["protonet"], registry=registry())
     assert [c.dataset for c in cells] == ["glyphs", "digits"]
     a, b = cells
     assert a.hash != b.hash and a.train_hash == b.train_hash  # one training, two test sets
     assert a.hash == config_hash(a.config()) and len(a.hash) == 16
-    assert expand_cells(tiny_suite(), ["protonet"])[0].hash == a.hash  # stable across calls
+    assert expand_cells(tiny_suite(), ["protonet"],
+                        registry=registry())[0].hash == a.hash  # stable across calls
     # every field of the identity changes the hash; run-only settings do not
     for name, value in [("way", 4), ("shot", 2), ("query", 5)]:
         assert dataclasses.replace(a, shape={**a.shape, name: value}).hash != a.hash, name
@@ -44,7 +47,7 @@ def test_one_rule_names_every_cell_whatever_its_values():
     value or not, with the shape (classification's ``train_way`` included) and the task kind."""
     from zoo.runner.cells import RUN_ONLY, Cell
 
-    (a, _) = expand_cells(tiny_suite(), ["protonet"])
+    (a, _) = expand_cells(tiny_suite(), ["protonet"], registry())
     names = {f.name for f in dataclasses.fields(Cell)} - {*RUN_ONLY, "shape"}
     assert set(a.config()) == names | set(a.shape)
     assert a.config()["task"] == "classification" and a.shape["train_way"] == a.shape["way"]
@@ -60,21 +63,21 @@ def test_one_rule_names_every_cell_whatever_its_values():
 
 
 def test_hparams_are_resolved_in_the_cell():
-    suite = apply_overrides(tiny_suite(), ["protonet.lr=0.01"], ["protonet"])
-    (cell, _) = expand_cells(suite, ["protonet"])
+    suite = apply_overrides(tiny_suite(), ["protonet.lr=0.01"], ["protonet"], registry=registry())
+    (cell, _) = expand_cells(suite, ["protonet"], registry=registry())
     assert cell.hparams == {"lr": 0.01}
 
 
 def test_set_overrides_settings_and_hyperparameters():
     suite = apply_overrides(tiny_suite(), ["shots=[1, 5]", "train_episodes=9", "lr=0.5"],
-                            ["protonet"])
+                            ["protonet"], registry=registry())
     assert suite.settings["shots"] == [1, 5] and suite.settings["train_episodes"] == 9
     assert suite.method_overrides["protonet"]["lr"] == 0.5
-    assert apply_overrides(tiny_suite(), ["seeds=3"], []).settings["seeds"] == [3]
+    assert apply_overrides(tiny_suite(), ["seeds=3"], [], registry=registry()).settings["seeds"] == [3]
 
 
 def test_an_integer_is_accepted_for_a_float_setting():
-    suite = apply_overrides(tiny_suite(), ["max_skipped_fraction=0"], [])
+    suite = apply_overrides(tiny_suite(), ["max_skipped_fraction=0"], [], registry=registry())
     assert suite.settings["max_skipped_fraction"] == 0.0
     assert isinstance(suite.settings["max_skipped_fraction"], float)
 
@@ -87,34 +90,34 @@ def test_an_integer_is_accepted_for_a_float_setting():
 ])
 def test_set_rejects_unknown_keys_listing_choices(assignment, listed):
     with pytest.raises(SuiteError, match=listed):
-        apply_overrides(tiny_suite(), [assignment], ["protonet"])
+        apply_overrides(tiny_suite(), [assignment], ["protonet"], registry=registry())
 
 
 def test_unknown_names_list_the_choices():
     with pytest.raises(UnknownNameError, match="quick"):
-        load_suite("no-such-suite")
+        load_suite("no-such-suite", registry=registry())
     with pytest.raises(UnknownNameError, match="unknown method for suite 'tiny': "
                        "'no-such-method'; choose one of: .*protonet"):
-        prepare_suite(tiny_suite(), only=["no-such-method"])
+        prepare_suite(tiny_suite(), only=["no-such-method"], registry=registry())
     with pytest.raises(UnknownNameError, match="protonet"):
-        apply_overrides(tiny_suite(), ["no-such-method.lr=1"], ["protonet"])
+        apply_overrides(tiny_suite(), ["no-such-method.lr=1"], ["protonet"], registry=registry())
 
 
 def test_suite_files_are_validated():
     with pytest.raises(SuiteError, match="unknown setting 'shotz'"):
-        suite_from_dict("x", {"suite": {"shotz": [1]}})
+        suite_from_dict("x", {"suite": {"shotz": [1]}}, registry=registry())
     with pytest.raises(SuiteError, match="unknown table"):
-        suite_from_dict("x", {"suits": {}})
+        suite_from_dict("x", {"suits": {}}, registry=registry())
 
 
 def test_builtin_suites_load_and_expand():
-    assert {"quick", "omniglot-minimal", "lake-oneshot", "paper"} <= set(suite_names())
+    assert {"quick", "omniglot-minimal", "lake-oneshot", "paper"} <= set(suite_names(registry()))
     for name in ("quick", "omniglot-minimal", "lake-oneshot", "paper"):
-        suite, methods = prepare_suite(name)
+        suite, methods = prepare_suite(name, registry=registry())
         assert methods and "protonet" in methods
-        cells = expand_cells(suite, ["protonet"])
+        cells = expand_cells(suite, ["protonet"], registry=registry())
         assert len({c.hash for c in cells}) == len(cells)
-    paper = expand_cells(load_suite("paper"), ["protonet"])
+    paper = expand_cells(load_suite("paper", registry=registry()), ["protonet"], registry=registry())
     assert {(c.train_dataset, c.dataset) for c in paper} == {
         ("cub", "cub"), ("miniimagenet", "miniimagenet"), ("miniimagenet", "cub"),
         ("omniglot[protocol=no-latin]", "emnist")}
@@ -133,11 +136,20 @@ def test_values_and_dataset_specs():
 
 
 def test_train_shot_trains_one_model_for_every_test_shot():
-    per_shot = expand_cells(tiny_suite(shots=[1, 5]), ["protonet"])
+    per_shot = expand_cells(tiny_suite(shots=[1, 5]), ["protonet"], registry=registry())
     assert len({c.train_hash for c in per_shot}) == 2
     assert all(c.shape["train_shot"] == c.shape["shot"] for c in per_shot)
-    shared = expand_cells(tiny_suite(shots=[1, 5], train_shot=1), ["protonet"])
+    shared = expand_cells(tiny_suite(shots=[1, 5], train_shot=1), ["protonet"], registry=registry())
     assert len({c.train_hash for c in shared}) == 1
     assert sorted({c.shape["shot"] for c in shared}) == [1, 5]
     assert {c.shape["train_shot"] for c in shared} == {1}
     assert "(trained 1-shot)" in [c for c in shared if c.shape["shot"] == 5][0].label
+
+
+def test_suites_listing_names_an_entry_suite_for_what_it_is(capsys):
+    from zoo.cli import main
+
+    assert main(["suites", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["np-bo"]["task"] == "entry" and rows["np-bo"]["entry"] == "zoo.bayesopt:run"
+    assert rows["quick"]["task"] == "classification"

@@ -63,7 +63,7 @@ def test_quick_runs_protonet_with_only_protonet_installed(only_protonet, tmp_pat
 def test_a_missing_method_asked_for_says_what_to_install(only_protonet):
     suite = load_suite("quick", only_protonet)
     with pytest.raises(SuiteError, match="'maml' is not installed: pip install bayes-meta-zoo-maml"):
-        select_methods(suite, ["maml"], only_protonet)
+        select_methods(suite, ["maml"], registry=only_protonet)
     with pytest.raises(SuiteError, match="pip install bayes-meta-zoo-dkt"):
         apply_overrides(suite, ["dkt.kernel=rbf"], ["protonet"], only_protonet)
 

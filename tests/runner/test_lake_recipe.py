@@ -13,8 +13,8 @@ from .conftest import tiny_suite
 
 
 def test_lake_recipe_cells_record_the_recipe():
-    suite = load_suite("lake-oneshot-recipe")
-    cells = expand_cells(suite, select_methods(suite))
+    suite = load_suite("lake-oneshot-recipe", registry=registry())
+    cells = expand_cells(suite, select_methods(suite, registry=registry()), registry=registry())
     assert {c.config()["backbone"] for c in cells} == {"conv4s"}
     assert {c.config()["train_episodes"] for c in cells} == {18000}
     assert {c.config()["lr_schedule"] for c in cells} == {"cosine"}
@@ -24,14 +24,14 @@ def test_lake_recipe_cells_record_the_recipe():
 
 def test_a_backbone_spec_sets_its_options():
     (cell,) = expand_cells(tiny_suite(backbone="conv4s[width=8]", test_datasets=["glyphs"]),
-                           ["protonet"])
+                           ["protonet"], registry=registry())
     method = build_for_cell(cell, load_dataset("glyphs"), "cpu", registry())
     assert method.features(toy_episode(3, 1).query_x).shape[-1] == 8  # 8 channels of 1x1 maps
 
 
 def test_md_vs_protonet_study_varies_one_factor_of_md_bfsc():
-    suite = load_suite("md-vs-protonet")
-    cells = [c for c in expand_cells(suite, ["protonet", "md-bfsc"]) if c.seed == 0
+    suite = load_suite("md-vs-protonet", registry=registry())
+    cells = [c for c in expand_cells(suite, ["protonet", "md-bfsc"], registry=registry()) if c.seed == 0
              and c.shape["shot"] == 1]
     md = {c.variant: c for c in cells if c.method == "md-bfsc"}
     assert md["default"].kernel == "rbf" and md["kernel=COS"].kernel == "cosine"

@@ -44,9 +44,9 @@ def test_an_unknown_schedule_is_refused_with_the_choices():
 
 
 def test_the_schedule_is_part_of_every_identity_default_or_not():
-    (default, _) = expand_cells(tiny_suite(), ["protonet"])
-    (explicit, _) = expand_cells(tiny_suite(lr_schedule="constant"), ["protonet"])
-    (cosine, _) = expand_cells(tiny_suite(lr_schedule="cosine"), ["protonet"])
+    (default, _) = expand_cells(tiny_suite(), ["protonet"], registry=registry())
+    (explicit, _) = expand_cells(tiny_suite(lr_schedule="constant"), ["protonet"], registry=registry())
+    (cosine, _) = expand_cells(tiny_suite(lr_schedule="cosine"), ["protonet"], registry=registry())
     assert default.config()["lr_schedule"] == default.train_config()["lr_schedule"] == "constant"
     assert explicit.hash == default.hash and explicit.train_hash == default.train_hash
     assert cosine.config()["lr_schedule"] == "cosine"
@@ -57,7 +57,7 @@ def test_the_schedule_is_part_of_every_identity_default_or_not():
 
 def _cell(schedule: str, episodes: int = 6):
     (cell,) = expand_cells(tiny_suite(lr_schedule=schedule, train_episodes=episodes,
-                                      test_datasets=["glyphs"]), ["protonet"])
+                                      test_datasets=["glyphs"]), ["protonet"], registry=registry())
     return cell
 
 

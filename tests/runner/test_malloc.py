@@ -29,7 +29,8 @@ def _child(code: str, tunables: str | None) -> str:
 def test_the_setting_recorded_is_the_one_the_process_started_with():
     code = ("import os; import zoo.runner.malloc; "
             f"os.environ[{VARIABLE!r}] = 'changed later'; "
-            "from zoo.runner.provenance import environment; print(environment('cpu')['malloc'])")
+            "from zoo.plugins import registry; from zoo.runner.provenance import environment; "
+            "print(environment('cpu', registry())['malloc'])")
     assert _child(code, RETAIN) == RETAIN
     assert _child(code, None) == "default"
 

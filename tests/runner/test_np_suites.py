@@ -9,8 +9,8 @@ from zoo.runner.suite import load_suite
 
 
 def test_np_paper_is_the_papers_protocol():
-    suite = load_suite("np-paper")
-    cells = expand_cells(suite, ["ma-np"])
+    suite = load_suite("np-paper", registry=registry())
+    cells = expand_cells(suite, ["ma-np"], registry=registry())
     shapes = {tuple(sorted(c.shape.items())) for c in cells}
     assert {c.shape["context"] for c in cells} == {0, 1, 2, 4, 6, 8, 12, 16}
     assert {c.seed for c in cells} == set(range(8)) and len(shapes) == 8
@@ -24,14 +24,16 @@ def test_np_paper_is_the_papers_protocol():
 
 def test_np_quick_runs_every_regression_method_and_np_bo_every_function():
     regression = {n for n, c in registry().items("methods").items() if c.task == "regression"}
-    cells = expand_cells(load_suite("np-quick"), sorted(regression))
+    cells = expand_cells(load_suite("np-quick", registry=registry()), sorted(regression), registry=registry())
     assert {c.method for c in cells} == regression
     assert {c.train_dataset for c in cells} == {"sinusoid", "gp-rbf"}
-    assert load_suite("np-bo").entry_settings["functions"] == ["forrester", "branin", "hartmann3"]
+    assert load_suite("np-bo", registry=registry()).entry_settings["functions"] == ["forrester", "branin",
+                                                                                    "hartmann3"]
 
 
 def test_np_paper_ablation_parts_are_rows_of_gmm_np_alone():
-    cells = expand_cells(load_suite("np-paper"), ["ma-np", "gmm-np"])
+    cells = expand_cells(load_suite("np-paper", registry=registry()), ["ma-np", "gmm-np"],
+                         registry=registry())
     rows = {(c.method, c.variant) for c in cells}
     assert rows == {("ma-np", ""), ("gmm-np", ""), ("gmm-np", "trng-diag-k1"),
                     ("gmm-np", "trng-full-k1"), ("gmm-np", "ibayes-gmm")}
@@ -42,14 +44,14 @@ def test_np_paper_ablation_parts_are_rows_of_gmm_np_alone():
 def test_set_reaches_an_entry_suites_own_setting_of_a_runner_settings_name():
     from zoo.runner.bench import prepare_suite
 
-    suite, _ = prepare_suite("np-bo", ["train_episodes=4000", "tasks=2"])
+    suite, _ = prepare_suite("np-bo", ["train_episodes=4000", "tasks=2"], registry=registry())
     assert suite.entry_settings["train_episodes"] == 4000 and suite.entry_settings["tasks"] == 2
 
 
 def test_a_suite_wide_hparam_of_other_methods_does_not_stop_one_method_alone():
     # np-quick sets samples=256 for the methods that declare it; gmm-np does not, and
     # --methods gmm-np must still expand (it failed: "belong to none of the methods")
-    cells = expand_cells(load_suite("np-quick"), ["gmm-np"])
+    cells = expand_cells(load_suite("np-quick", registry=registry()), ["gmm-np"], registry=registry())
     assert cells and "samples" not in cells[0].hparams
 
 
@@ -60,7 +62,7 @@ def test_a_suite_wide_hparam_no_method_declares_is_still_a_typo():
 
     from zoo.runner.suite import SuiteError
 
-    suite = load_suite("np-quick")
+    suite = load_suite("np-quick", registry=registry())
     typo = dataclasses.replace(suite, settings={**suite.settings, "hparams": {"sampels": 256}})
     with pytest.raises(SuiteError, match="sampels"):
-        expand_cells(typo, ["gmm-np"])
+        expand_cells(typo, ["gmm-np"], registry=registry())

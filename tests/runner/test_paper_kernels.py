@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from zoo.plugins import registry
 from zoo.runner.cells import expand_cells
 from zoo.runner.suite import SuiteError, load_suite, select_methods, suite_from_dict
 from zoo.spec import parse_spec
@@ -28,10 +29,10 @@ def card_kernels() -> dict[tuple[str, str], str]:
 
 
 def test_paper_suite_kernels_match_the_cards():
-    suite = load_suite("paper")
+    suite = load_suite("paper", registry=registry())
     expected = card_kernels()
     seen = set()
-    for cell in expand_cells(suite, select_methods(suite)):
+    for cell in expand_cells(suite, select_methods(suite, registry=registry()), registry=registry()):
         if cell.kernel is None:
             continue
         key = (cell.method, parse_spec(cell.train_dataset)[0])
@@ -47,14 +48,14 @@ def _suite(kernels: object, train: list[str] | None = None):
     return suite_from_dict("t", {
         "suite": {"methods": ["md-bfsc"], "train_datasets": train or ["glyphs", "digits"],
                   "test_datasets": ["glyphs"], "shots": [1], "kernel": "linear"},
-        "methods": {"md-bfsc": {"kernel": "polynomial", "kernel_per_dataset": kernels}}})
+        "methods": {"md-bfsc": {"kernel": "polynomial", "kernel_per_dataset": kernels}}}, registry=registry())
 
 
 def test_per_dataset_kernel_wins_over_the_method_and_suite_kernels():
-    cells = expand_cells(_suite({"glyphs": "cosine"}), ["md-bfsc"])
+    cells = expand_cells(_suite({"glyphs": "cosine"}), ["md-bfsc"], registry=registry())
     assert {c.train_dataset: c.kernel for c in cells} == {"glyphs": "cosine",
                                                           "digits": "polynomial"}
-    base = expand_cells(_suite({"glyphs": "rbf"}, ["glyphs[size=20]"]), ["md-bfsc"])
+    base = expand_cells(_suite({"glyphs": "rbf"}, ["glyphs[size=20]"]), ["md-bfsc"], registry=registry())
     assert [c.kernel for c in base] == ["rbf"]  # matched by the base name
 
 
@@ -69,9 +70,10 @@ def test_kernel_tables_are_validated(table, message):
 
 def test_a_kernel_table_key_must_be_a_training_data_set():
     with pytest.raises(SuiteError, match="does not train on"):
-        expand_cells(_suite({"glyhps": "rbf"}), ["md-bfsc"])
+        expand_cells(_suite({"glyhps": "rbf"}), ["md-bfsc"], registry=registry())
 
 
 def test_a_kernel_table_needs_a_kernel_method():
     with pytest.raises(SuiteError, match="uses no kernel"):
-        suite_from_dict("t", {"methods": {"protonet": {"kernel_per_dataset": {"glyphs": "rbf"}}}})
+        suite_from_dict("t", {"methods": {"protonet": {"kernel_per_dataset": {"glyphs": "rbf"}}}},
+                        registry=registry())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata as md
 
+from zoo.plugins import registry
 from zoo.runner.cells import expand_cells
 
 from .conftest import tiny_suite
@@ -16,7 +17,7 @@ PROTONET = next(e.dist.name for e in md.entry_points(group="zoo.plugins") if e.n
 
 
 def test_cells_carry_the_provenance_of_their_method():
-    cell = expand_cells(tiny_suite(), ["protonet"])[0]
+    cell = expand_cells(tiny_suite(), ["protonet"], registry=registry())[0]
     assert cell.provenance["distribution"] == PROTONET
     assert cell.config()["provenance"] == cell.provenance
     assert cell.train_config()["provenance"] == cell.provenance
@@ -27,7 +28,6 @@ def test_cells_carry_the_provenance_of_their_method():
 def test_results_of_other_code_are_not_reused_silently(tmp_path, monkeypatch, caplog):
     """A finished cell made by another version of the method is named, run again and left out of
     the report; ``--force`` deletes it."""
-    from zoo.plugins import registry
     from zoo.runner.bench import run_suite
     from zoo.runner.report import load_report
     from zoo.runner.storage import Results

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.collect import load_report
 from zoo.runner.report import write_report
@@ -37,7 +38,8 @@ def results(tmp_path_factory) -> Path:
                      "val_episodes": 1, "test_episodes": 3},
            "part": [{"variant": "α", "hparams": {"lr": 0.01}}, {"variant": "β"}]}
     out = tmp_path_factory.mktemp("html") / "results"
-    run_suite(suite_from_dict("tiny-html", raw, "tests"), out=out, device="cpu", progress=False)
+    run_suite(suite_from_dict("tiny-html", raw, "tests", registry=registry()), out=out, device="cpu",
+              progress=False)
     write_report(out)
     return out
 

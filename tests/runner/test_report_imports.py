@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.report import render, write_report
 from zoo.runner.suite import suite_from_dict
@@ -39,7 +40,7 @@ def folder(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report-imports")
     run_suite(tiny_suite(test_datasets=["glyphs"]), out=out, device="cpu", progress=False)
     for kind, settings in OTHER_KINDS.items():
-        suite = suite_from_dict(kind, {"suite": {**COMMON, **settings}}, "tests")
+        suite = suite_from_dict(kind, {"suite": {**COMMON, **settings}}, "tests", registry=registry())
         assert not run_suite(suite, out=out, device="cpu", progress=False).failed
     return out
 
@@ -61,6 +62,6 @@ def test_the_html_page_shows_every_kind_s_numbers(folder, tmp_path):
     table = json.loads((folder / "report" / "table.json").read_text())
     root = rendered(folder, tmp_path)
     for kind in report.kinds():
-        metric = report.tasks[kind].report_metrics[0]
+        metric = report.tasks[kind].view.report_metrics[0]
         check_results_table(root, table, folder, metric.key, metric.scale, metric.digits,
                             metric.ci, kind)

@@ -10,6 +10,7 @@ from pathlib import Path
 import zoo.runner.cell
 import zoo.runner.train
 from zoo.io import write_marker
+from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.cell import run_units
 from zoo.runner.cells import expand_cells
@@ -74,13 +75,13 @@ def test_a_group_of_units_is_flushed_once_before_all_its_done_markers(tmp_path, 
     monkeypatch.setattr(zoo.runner.cell, "write_marker", track)
     monkeypatch.setattr(zoo.runner.cell, "sync_to_disk", lambda _: flushes.append(len(markers)))
     monkeypatch.setattr(zoo.runner.train, "sync_to_disk", lambda _: flushes.append(-1))
-    cells = expand_cells(tiny_suite(seeds=[0, 1], test_episodes=2), ["protonet"])
+    cells = expand_cells(tiny_suite(seeds=[0, 1], test_episodes=2), ["protonet"], registry=registry())
     units: dict[str, list] = {}
     for cell in cells:
         units.setdefault(cell.train_hash, []).append(cell)
     root = tmp_path / "out"
     Results.open(root)
-    outcomes = run_units(list(units.values()), root, None, "cpu")
+    outcomes = run_units(list(units.values()), root, None, "cpu", registry=registry())
     assert len(units) == 2 and all(o.result is not None for o in outcomes) and len(outcomes) == 4
     assert flushes == [0]  # one flush, before any marker; none per training
     assert sorted(markers) == sorted([*(root / "train").glob("*/done"),

@@ -20,9 +20,11 @@ from .conftest import TINY, tiny_suite
 LONGER = {"train_episodes": 120, "checkpoint_every": 5, "val_every": 40}
 # a checkpoint every 5 episodes, however short they are: the run is killed after the first
 RUN = ("import json, sys; from pathlib import Path; from zoo.runner.bench import run_suite; "
-       "from zoo.runner.suite import suite_from_dict; import zoo.runner.train as train; "
+       "from zoo.plugins import registry; from zoo.runner.suite import suite_from_dict; "
+       "import zoo.runner.train as train; "
        "train.CHECKPOINT_SECONDS = 0; "
-       "run_suite(suite_from_dict('tiny', json.loads(sys.argv[1])), out=Path(sys.argv[2]), "
+       "run_suite(suite_from_dict('tiny', json.loads(sys.argv[1]), registry=registry()), "
+       "out=Path(sys.argv[2]), "
        "device='cpu', progress=False)")
 
 

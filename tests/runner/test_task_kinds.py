@@ -112,7 +112,8 @@ def zoo_register_suites(register):
 '''
 
 TIMING = {"seconds", "update_seconds", "train_seconds", "val_seconds", "eval_seconds_per_episode",
-          "update_ms", "versions", "git_commit", "device"}
+          "update_ms", "versions", "git_commit", "device",
+          "records_sha256"}  # the digest of records that hold their times
 
 
 @pytest.fixture
@@ -218,22 +219,24 @@ def test_a_plugin_task_kind_runs_through_the_cli(toy_plugin, tmp_path, capsys):
 
 def test_a_method_of_another_kind_in_a_suite_is_an_error_that_says_what_to_do():
     with pytest.raises(SuiteError, match="'gp' solves 'regression' tasks.*classification suite"):
-        prepare_suite(tiny_suite(methods=["gp"]))
+        prepare_suite(tiny_suite(methods=["gp"]), registry=plugins.registry())
     with pytest.raises(SuiteError, match="'protonet' solves 'classification'.*zoo suites"):
-        prepare_suite("regression-quick", only=["protonet"])
+        prepare_suite("regression-quick", only=["protonet"], registry=plugins.registry())
 
 
 def test_a_regression_suite_without_context_sizes_says_what_to_set():
-    suite = suite_from_dict("r", {"suite": {"task": "regression", "context_sizes": []}})
+    suite = suite_from_dict("r", {"suite": {"task": "regression", "context_sizes": []}},
+                            registry=plugins.registry())
     with pytest.raises(SuiteError, match="context_sizes"):
-        expand_cells(suite, ["gp"])
-    suite = suite_from_dict("r", {"suite": {"task": "regression", "context_sizes": [80]}})
+        expand_cells(suite, ["gp"], registry=plugins.registry())
+    suite = suite_from_dict("r", {"suite": {"task": "regression", "context_sizes": [80]}},
+                            registry=plugins.registry())
     with pytest.raises(SuiteError, match="raise targets or lower context_sizes"):
-        expand_cells(suite, ["gp"])
+        expand_cells(suite, ["gp"], registry=plugins.registry())
     with pytest.raises(SuiteError, match="unknown setting 'ways'; settings of a regression"):
-        suite_from_dict("r", {"suite": {"task": "regression", "ways": [5]}})
+        suite_from_dict("r", {"suite": {"task": "regression", "ways": [5]}}, registry=plugins.registry())
     with pytest.raises(SuiteError, match="unknown task kind 'regresion'"):
-        suite_from_dict("r", {"suite": {"task": "regresion"}})
+        suite_from_dict("r", {"suite": {"task": "regresion"}}, registry=plugins.registry())
 
 
 def test_a_stream_method_without_update_is_an_error_that_says_what_to_implement():
@@ -252,6 +255,6 @@ def test_a_stream_method_without_update_is_an_error_that_says_what_to_implement(
     reg.register("methods", "no-update", NoUpdate, owner="tests")
     try:
         with pytest.raises(Exception, match="does not implement update.*update\\(state, x, y\\)"):
-            prepare_suite("stream-quick", only=["no-update"])
+            prepare_suite("stream-quick", only=["no-update"], registry=plugins.registry())
     finally:
         reg.unregister("methods", "no-update")

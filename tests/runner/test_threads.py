@@ -31,12 +31,13 @@ def test_threads_at_most_omp_num_threads(monkeypatch, value, expected):
 
 def test_the_thread_default_is_one_whatever_the_workers(monkeypatch):
     from zoo.errors import ZooError
+    from zoo.plugins import registry
     from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, resolve_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert DEFAULT_THREADS == 1
-    assert LocalExecutor("x", None, "cpu", workers=1).threads == 1
-    assert LocalExecutor("x", None, "cpu", workers=2).threads == 1
+    assert LocalExecutor("x", None, "cpu", workers=1, registry=registry()).threads == 1
+    assert LocalExecutor("x", None, "cpu", workers=2, registry=registry()).threads == 1
     assert resolve_threads("auto", 1) == threads_per_unit(1) and resolve_threads(3, 1) == 3
     for bad in (0, -1, "two", True):
         with pytest.raises(ZooError, match="--threads"):

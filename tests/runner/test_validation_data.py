@@ -51,7 +51,7 @@ def test_val_dataset_validates_a_training_set_without_validation(no_val_data, tm
 
 
 def test_paper_suite_validates_omniglot_to_emnist_on_emnist():
-    parts = load_suite("paper").part_settings()
+    parts = load_suite("paper", registry=registry()).part_settings()
     cross = [p for p in parts if p["test_datasets"] == ["emnist"]]
     assert cross and all(p["val_dataset"] == "emnist" for p in cross)
 

@@ -25,7 +25,7 @@ PARTS = [{"variant": "lr=0.01", "hparams": {"lr": 0.01}}, {"variant": "default"}
 
 def variant_suite(parts=PARTS, **settings):
     raw = {"suite": {**TINY["suite"], "test_datasets": [], **settings}, "part": parts}
-    return suite_from_dict("tiny-variants", raw, "tests")
+    return suite_from_dict("tiny-variants", raw, "tests", registry=registry())
 
 
 class KernelProto(ProtoNet):
@@ -45,7 +45,7 @@ def kernel_proto(monkeypatch):
 
 
 def test_variant_parts_expand_to_labelled_cells_with_their_hyperparameters():
-    fast, default, again = expand_cells(variant_suite(), ["protonet"])
+    fast, default, again = expand_cells(variant_suite(), ["protonet"], registry=registry())
     assert fast.hparams["lr"] == 0.01 and default.hparams["lr"] == 1e-3
     assert (fast.variant, default.variant) == ("lr=0.01", "default")
     assert fast.label.startswith("protonet lr=0.01 glyphs 3w1s")
@@ -56,7 +56,7 @@ def test_variant_parts_expand_to_labelled_cells_with_their_hyperparameters():
 
 
 def test_cells_without_a_variant_are_named_by_the_same_rule():
-    (cell,) = expand_cells(variant_suite(parts=[]), ["protonet"])
+    (cell,) = expand_cells(variant_suite(parts=[]), ["protonet"], registry=registry())
     assert cell.variant == cell.config()["variant"] == ""
     run = {"checkpoint_every": cell.checkpoint_every, "max_bad_steps": cell.max_bad_steps}
     assert Cell.from_config(cell.config(), cell.task, **run) == cell
@@ -66,19 +66,19 @@ def test_cells_without_a_variant_are_named_by_the_same_rule():
 
 
 def test_part_hyperparameters_win_over_method_tables_and_must_belong_to_a_method():
-    suite = apply_overrides(variant_suite(), ["protonet.lr=0.5"], ["protonet"])
-    fast, default, _ = expand_cells(suite, ["protonet"])
+    suite = apply_overrides(variant_suite(), ["protonet.lr=0.5"], ["protonet"], registry=registry())
+    fast, default, _ = expand_cells(suite, ["protonet"], registry=registry())
     assert fast.hparams["lr"] == 0.01 and default.hparams["lr"] == 0.5
     with pytest.raises(SuiteError, match="nonsense"):
-        expand_cells(variant_suite(parts=[{"hparams": {"nonsense": 1}}]), ["protonet"])
+        expand_cells(variant_suite(parts=[{"hparams": {"nonsense": 1}}]), ["protonet"], registry=registry())
     with pytest.raises(SuiteError, match="hparams"):
-        suite_from_dict("x", {"suite": {"hparams": [1]}})
+        suite_from_dict("x", {"suite": {"hparams": [1]}}, registry=registry())
 
 
 def test_kernel_options_in_the_spec_reach_the_kernel(kernel_proto):
     data = load_dataset("glyphs")
     (cell,) = expand_cells(variant_suite(parts=[], kernel="polynomial[order=1,offset=0.5]"),
-                           ["kernel-proto"])
+                           ["kernel-proto"], registry=registry())
     kernel = build_for_cell(cell, data, "cpu", registry()).kernel
     assert isinstance(kernel, PolynomialKernel) and kernel.order == 1
     assert float(kernel._positive(kernel.raw_offset).detach()) == pytest.approx(0.5)
@@ -110,20 +110,22 @@ def test_variants_are_rows_of_the_report(tmp_path):
 def test_a_kernel_per_method_overrides_the_suite_kernel(kernel_proto):
     suite = variant_suite(parts=[], kernel="rbf")
     (cell,) = expand_cells(apply_overrides(suite, ["kernel-proto.kernel=polynomial[order=2]"],
-                                           ["kernel-proto"]), ["kernel-proto"])
+                                           ["kernel-proto"], registry=registry()),
+                           ["kernel-proto"], registry=registry())
     assert cell.kernel == "polynomial[order=2]" and "kernel" not in cell.hparams
     raw = {"suite": {**TINY["suite"], "methods": ["kernel-proto"], "kernel": "rbf", "test_datasets": []},
            "methods": {"kernel-proto": {"kernel": "cosine"}}}
-    (cell,) = expand_cells(suite_from_dict("k", raw, "test"), ["kernel-proto"])
+    (cell,) = expand_cells(suite_from_dict("k", raw, "test", registry=registry()), ["kernel-proto"],
+                           registry=registry())
     assert cell.kernel == "cosine"
     with pytest.raises(SuiteError, match="no hyper-parameter 'kernel'"):
-        apply_overrides(suite, ["protonet.kernel=cosine"], ["protonet"])
+        apply_overrides(suite, ["protonet.kernel=cosine"], ["protonet"], registry=registry())
 
 
 def test_a_misspelt_hyper_parameter_of_a_kernel_method_names_its_kernel_key(kernel_proto):
     suite = variant_suite(parts=[], kernel="rbf")
     with pytest.raises(SuiteError, match=r"no hyper-parameter 'kernle'; it has: .*lr.*\(and "
                                          r"kernel: a kernel spec"):
-        apply_overrides(suite, ["kernel-proto.kernle=cosine"], ["kernel-proto"])
+        apply_overrides(suite, ["kernel-proto.kernle=cosine"], ["kernel-proto"], registry=registry())
     with pytest.raises(SuiteError, match=r"no hyper-parameter 'kernle'; it has: [^(]*$"):
-        apply_overrides(suite, ["protonet.kernle=cosine"], ["protonet"])
+        apply_overrides(suite, ["protonet.kernle=cosine"], ["protonet"], registry=registry())

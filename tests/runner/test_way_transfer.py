@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from zoo.plugins import registry
 from zoo.runner.bench import run_suite
 from zoo.runner.cells import expand_cells
 from zoo.runner.validate import SettingError
@@ -15,8 +16,8 @@ from .conftest import tiny_suite
 
 
 def test_way_transfer_cells_share_the_model_of_the_training_way():
-    plain = expand_cells(tiny_suite(ways=[3]), ["protonet", "maml"])
-    cells = expand_cells(tiny_suite(ways=[3, 5], train_way=3), ["protonet", "maml"])
+    plain = expand_cells(tiny_suite(ways=[3]), ["protonet", "maml"], registry=registry())
+    cells = expand_cells(tiny_suite(ways=[3, 5], train_way=3), ["protonet", "maml"], registry=registry())
     protonet = [c for c in cells if c.method == "protonet"]
     assert sorted(c.shape["way"] for c in protonet) == [3, 3, 5, 5]
     assert len({c.train_hash for c in protonet}) == 1
@@ -46,7 +47,6 @@ def test_a_model_trained_three_way_is_scored_five_way(tmp_path):
 
 
 def test_which_methods_score_any_way():
-    from zoo.plugins import registry
 
     reg = registry()
     assert reg.get("methods", "protonet").scores_any_way({})

@@ -16,8 +16,9 @@ import pytest
 from .conftest import TINY
 
 RUN = ("import json, sys; from pathlib import Path; from zoo.runner.bench import run_suite; "
-       "from zoo.runner.suite import suite_from_dict; "
-       "run_suite(suite_from_dict('tiny', json.loads(sys.argv[1])), out=Path(sys.argv[2]), "
+       "from zoo.plugins import registry; from zoo.runner.suite import suite_from_dict; "
+       "run_suite(suite_from_dict('tiny', json.loads(sys.argv[1]), registry=registry()), "
+       "out=Path(sys.argv[2]), "
        "device='cpu', workers=2, progress=False)")
 
 

@@ -124,8 +124,8 @@ def test_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
     assert summary["seeds_pooled"] == 3 and summary["looseness_median"] == pytest.approx(6.0)
     assert summary["lmlhd_seeds_median"] == pytest.approx(12.0)
     assert summary["lmlhd_seeds_p05"] == pytest.approx(np.percentile([2, 12, 22], 5))
-    assert TASK.cell_text(summary).startswith("12.0 [3.0, 21.0]") and "loose 6" in \
-        TASK.cell_text(summary)
+    assert TASK.view.cell_text(summary).startswith("12.0 [3.0, 21.0]") and "loose 6" in \
+        TASK.view.cell_text(summary)
     no_bounds = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2}, 0, False)(0)
     assert "looseness" not in TASK.score(TASK.predict(method, no_bounds), no_bounds)
 

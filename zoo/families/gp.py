@@ -23,11 +23,11 @@ import torch
 from torch import Tensor
 
 from zoo.episode import Episode
-from zoo.errors import check_finite
 from zoo.families.latent_gaussian import LatentGaussianMethod
 from zoo.gp import DTYPE, SitePosterior
 from zoo.gram import ROUTES, FeatureGram, Gram, choose_route, inducing_index, nystrom_factor
 from zoo.hparams import HParam
+from zoo.jitter import check_finite
 
 
 @dataclass

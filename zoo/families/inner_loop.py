@@ -45,7 +45,7 @@ PUBLISHED: Mapping[str, Mapping[int | None, Mapping[str, Any]]] = {
     },
 }
 
-#: The remedy :func:`zoo.errors.check_finite` gives for a non-finite inner-loop objective.
+#: The remedy :func:`zoo.jitter.check_finite` gives for a non-finite inner-loop objective.
 DIVERGED = "the inner loop diverged: lower inner_lr or inner_steps"
 
 

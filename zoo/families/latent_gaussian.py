@@ -9,12 +9,15 @@ expectation step is shared and chosen by name (hyper-parameter ``estimator``, a 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from zoo import expectations
 from zoo.batching import per_episode
+from zoo.control_variates import gaussian as cv_estimators
 from zoo.episode import Episode
 from zoo.errors import HyperParameterError
 from zoo.expectations import (
@@ -28,6 +31,13 @@ from zoo.hparams import HParam
 from zoo.jitter import JitterPolicy
 from zoo.method import Method, Prediction
 from zoo.seeds import draw_seed, episode_own_seed
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
+
+ESTIMATORS: Mapping[str, type[Estimator]] = {**expectations.BUILTIN, **cv_estimators.BUILTIN}
+"""The zoo's own expectation estimators by name (what it registers; a method built without a
+registry looks its ``estimator`` up here)."""
 
 
 def softmax(f: Tensor) -> Tensor:
@@ -48,12 +58,13 @@ class LatentGaussianMethod(Method):
                             "zoo.expectations spec such as sobol[samples=64] or gauss-hermite"),
     }
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args: Any, registry: Registry | None = None, **kwargs: Any):
+        super().__init__(*args, registry=registry, **kwargs)
+        self.estimators = ESTIMATORS if registry is None else registry.items("estimators")
         self.jitter = JitterPolicy()  # counted, reported with the results (counters)
         # an unknown estimator or option fails here, before training; a learning estimator's state
         # (meta-cv) is a submodule, checkpointed with the method
-        self.estimator_state = build_estimator(self.hparams["estimator"]).make_state()
+        self.estimator_state = build_estimator(self.hparams["estimator"], self.estimators).make_state()
         if self.estimator_state is not None and not self.integrates_in_training():
             raise HyperParameterError(
                 f"{self.name}: estimator {self.hparams['estimator']!r} learns from the integrals "
@@ -74,7 +85,8 @@ class LatentGaussianMethod(Method):
     def estimator(self, **fallback: Any) -> Estimator:
         """The configured estimator; ``fallback`` options (e.g. ``samples``) fill what its spec
         leaves unset."""
-        return build_estimator(self.hparams["estimator"], **fallback).bind(self.estimator_state)
+        return build_estimator(self.hparams["estimator"], self.estimators,
+                               **fallback).bind(self.estimator_state)
 
     def rule(self, episode: Episode, dim: int, *, salt: int, device: torch.device | str | None = None,
              **fallback: Any) -> Rule:

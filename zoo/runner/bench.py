@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
@@ -32,6 +32,9 @@ from zoo.runner.suite import (
     select_methods,
 )
 from zoo.spec import parse_spec
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +65,14 @@ def resolve_device(device: str, remote: bool = False) -> str:
 
 
 def prepare_suite(name: str | Suite, sets: Sequence[str] = (), only: Sequence[str] | None = None,
-                  registry: Any = None) -> tuple[Suite, list[str]]:
+                  *, registry: Registry) -> tuple[Suite, list[str]]:
     """The suite (a registered name, or a :class:`Suite`) with ``--set`` applied and the methods
     it will run."""
-    if registry is None:
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
     suite = name if isinstance(name, Suite) else load_suite(name, registry)
     name = suite.name
     setting_sets = [s for s in sets if is_setting(suite, s)]
     suite = apply_overrides(suite, setting_sets, [], registry)
-    methods = [] if suite.settings["entry"] else select_methods(suite, only, registry)
+    methods = [] if suite.settings["entry"] else select_methods(suite, only, registry=registry)
     missing = {} if suite.settings["entry"] or only else missing_methods(suite, registry)
     if missing:
         by_distribution: dict[str, list[str]] = defaultdict(list)
@@ -145,14 +144,15 @@ def _code(result: dict[str, Any]) -> str:
 def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = None,
               device: str = "auto", executor: str = "local", address: str | None = None,
               workers: int = 1, methods: Sequence[str] | None = None, sets: Sequence[str] = (),
-              force: bool = False, progress: bool = True, registry: Any = None,
+              force: bool = False, progress: bool = True, registry: Registry | None = None,
               threads: int | str = DEFAULT_THREADS,
               tensorboard: Path | None = None) -> BenchOutcome:
     """Run suite ``name`` into ``out``; finished cells are skipped, unfinished ones resumed.
     ``threads``: intra-op threads per unit (``"auto"``: the cores shared among ``workers``), which
     each result records. ``tensorboard``: a folder to write each training's curve into
     (:mod:`zoo.runner.tensorboard`). ``registry``: the plugin registry (default: this
-    process's)."""
+    process's, :func:`zoo.plugins.registry`: this is the bench entry, with the command line and
+    :mod:`zoo.testing` the only code that fetches it)."""
     if executor not in ("local", "ray"):
         raise UnknownNameError("executor", executor, ["local", "ray"])
     if registry is None:
@@ -164,7 +164,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         from zoo.runner import tensorboard as board
 
         board.check_available()
-    suite, method_names = prepare_suite(name, sets, methods, registry)
+    suite, method_names = prepare_suite(name, sets, methods, registry=registry)
     if suite.settings["entry"]:
         run_entry(suite, out, data_dir, device)
         return BenchOutcome(out)
@@ -215,7 +215,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
                                              results.cell_dir(o.cell_hash) / "training.json")
                     outcome.finished.append(o)
                     task = registry.get("tasks", o.result.get("task", "classification"))
-                    line = f"done   {o.label}: {task.done_line(o.result)}"
+                    line = f"done   {o.label}: {task.view.done_line(o.result)}"
                 else:
                     outcome.failed.append(o)
                     line = f"FAILED {o.label}: {o.error} (cells/{o.cell_hash}/error.txt)"
@@ -225,7 +225,8 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         if executor == "ray":
             runner: Any = RayExecutor(out, data_dir, device, workers, address, threads)
         else:
-            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads)
+            runner = LocalExecutor(out, data_dir, device, workers, progress, datasets, threads,
+                                   registry=registry)
         try:
             runner.run(list(units.values()), on_done)
         finally:

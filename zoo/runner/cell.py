@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,10 +27,13 @@ from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_mar
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.provenance import environment
-from zoo.runner.storage import Results, link_or_copy
+from zoo.runner.storage import Results, link_or_copy, records_digest
 from zoo.runner.train import train_model
 from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ class Outcome:
 class DatasetCache:
     """Data sets loaded once per process and moved to the device once."""
 
-    def __init__(self, data_dir: str | None, device: str, registry: Any):
+    def __init__(self, data_dir: str | None, device: str, registry: Registry):
         self.data_dir, self.device, self.registry = data_dir, device, registry
         self._loaded: dict[str, Any] = {}
 
@@ -80,23 +83,18 @@ class DatasetCache:
 
 def run_unit(cells: Sequence[Cell], root: Path, data_dir: str | None, device: str,
              threads: int = 0, progress: bool = False,
-             datasets: DatasetCache | None = None, registry: Any = None) -> list[Outcome]:
+             datasets: DatasetCache | None = None, *, registry: Registry) -> list[Outcome]:
     """Train the shared model of ``cells`` and score every cell not yet done. ``registry``: the
-    plugin registry (default: this process's; a worker process loads its own)."""
-    return run_units([cells], root, data_dir, device, threads, progress, datasets, registry)
+    plugin registry (a worker process loads its own)."""
+    return run_units([cells], root, data_dir, device, threads, progress, datasets,
+                     registry=registry)
 
 
 def run_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None, device: str,
               threads: int = 0, progress: bool = False,
-              datasets: DatasetCache | None = None, registry: Any = None) -> list[Outcome]:
+              datasets: DatasetCache | None = None, *, registry: Registry) -> list[Outcome]:
     """:func:`run_unit` for each of ``units`` in turn, then one flush of the results folder to
     the disk and the ``done`` markers of every training and cell that finished."""
-    if registry is None and datasets is not None:
-        registry = datasets.registry
-    if registry is None:
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
     if threads > 0:
         torch.set_num_threads(threads)
     if device.startswith("cuda"):
@@ -104,7 +102,7 @@ def run_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None,
         torch.backends.cudnn.deterministic = True
     results = Results(root)
     datasets = datasets or DatasetCache(data_dir, device, registry)
-    env = environment(device)
+    env = environment(device, registry)
     env_text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
     markers: list[Path] = []  # `done` files, written after the flush
     outcomes = [o for cells in units for o in _run_one(cells, results, datasets, device, env,
@@ -173,7 +171,8 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     seed_everything(cell.seed)
     records = evaluate(task, trained.method, cell.method, test_data, shape=cell.shape,
                        seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
-                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label)
+                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
+                       cell=cell.hash)
     info = trained.info
     result = {
         "method": cell.method, "task": task.name, "dataset": cell.dataset,
@@ -188,6 +187,7 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
         "device": env["device"], "threads": env["threads"], "versions": env["versions"],
         "git_commit": env["git_commit"], "config_hash": cell.hash, "config": cell.config(),
         "provenance": cell.provenance,
+        "records_sha256": records_digest(folder / "episodes.jsonl"),
     }
     if cell.variant:
         result["variant"] = cell.variant

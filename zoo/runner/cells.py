@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import HyperParameterError, ZooError
 from zoo.hparams import resolve_hparams
@@ -32,6 +32,9 @@ from zoo.runner.suite import (
 )
 from zoo.spec import parse_spec
 from zoo.tasks.base import Task
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +133,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def expand_cells(suite: Suite, methods: Sequence[str], registry: Any = None) -> list[Cell]:
+def expand_cells(suite: Suite, methods: Sequence[str], registry: Registry) -> list[Cell]:
     """Every cell of ``suite`` for ``methods``, in a fixed order (train data, shape, seed, method)."""
-    if registry is None:
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
     missing = missing_methods(suite, registry)
     for m in suite.method_overrides:
         if m not in missing and m not in registry.names("methods"):
@@ -162,7 +161,7 @@ def _check_kernel_tables(suite: Suite, methods: Sequence[str]) -> None:
 
 
 def _part_cells(suite: Suite, s: dict[str, Any], methods: Sequence[str],
-                registry: Any) -> list[Cell]:
+                registry: Registry) -> list[Cell]:
     task = registry.get("tasks", s["task"])
     if s["methods"] not in ("*", suite.settings["methods"]):
         # a part that names its own methods (an ablation of one of them) keeps to those; the

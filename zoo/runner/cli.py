@@ -1,5 +1,5 @@
-"""The runner's sub-commands: ``zoo bench``, ``zoo train``, ``zoo evaluate``, ``zoo report``,
-``zoo suites`` (added to the ``zoo`` command through :func:`zoo.cli.command`)."""
+"""The runner's sub-commands: ``zoo bench``, ``zoo train``, ``zoo evaluate``, ``zoo report``
+(:func:`register_commands` adds them to the ``zoo`` command)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-from zoo.cli import _listing_args, command, print_rows
+from typing import Any
 
 
 def _device_arg(p: argparse.ArgumentParser) -> None:
@@ -58,9 +58,9 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-@command("bench", _bench_args)
 def bench_cmd(args: argparse.Namespace) -> int:
     """Run a benchmark suite (default: quick) into a results folder and print its table."""
+    from zoo.plugins import task_kind
     from zoo.runner.bench import run_suite
     from zoo.runner.report import markdown, write_report
     from zoo.runner.validate import check_settings
@@ -76,7 +76,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
     if not outcome.cells:
         print(f"experiment written to {out}")
         return 0
-    report = write_report(out)
+    report = write_report(out, kinds=task_kind)
     print(markdown(report))
     print(f"results: {out}/results.jsonl, report: {out}/report/ (open report.html in a browser)")
     if outcome.failed:
@@ -109,7 +109,6 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-@command("train", _train_args)
 def train_cmd(args: argparse.Namespace) -> int:
     """Meta-train one classification method on one data set (resumable); writes a run folder for
     zoo evaluate."""
@@ -192,7 +191,6 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-@command("evaluate", _evaluate_args)
 def evaluate_cmd(args: argparse.Namespace) -> int:
     """Score a trained classification model on a data set's test episodes (cross-domain, Lake's
     runs)."""
@@ -270,23 +268,21 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true")
 
 
-@command("report", _report_args)
 def report_cmd(args: argparse.Namespace) -> int:
     """(Re)generate a results folder's tables and figures and print the table."""
+    from zoo.plugins import task_kind
     from zoo.runner.report import render, write_report
 
-    report = write_report(args.dir, plots=not args.no_plots)
+    report = write_report(args.dir, plots=not args.no_plots, kinds=task_kind)
     print(args.dir / "report" / "report.html" if args.format == "html" else render(report, args.format))
     return 0
 
 
-@command("suites", _listing_args)
-def suites_cmd(args: argparse.Namespace) -> int:
-    """List benchmark suites (built-in and from plugins; an entry suite runs its own experiment
-    function). zoo bench PATH.toml runs a suite file."""
-    from zoo.listing import listings
 
-    rows = listings()["suites"]
-    if not (args.json or args.detail):  # where each comes from: -v
-        rows = [{k: r[k] for k in ("name", "plugin", "task", "description")} for r in rows]
-    return print_rows(rows, args.json, args.detail)
+def register_commands(command: Callable[..., Callable[[Callable[..., int]], Any]]) -> None:
+    """Add the runner's sub-commands through ``command(name, configure)(function)``, as
+    :func:`zoo.cli.command` does."""
+    for name, configure, fn in [("bench", _bench_args, bench_cmd), ("train", _train_args, train_cmd),
+                                ("evaluate", _evaluate_args, evaluate_cmd),
+                                ("report", _report_args, report_cmd)]:
+        command(name, configure)(fn)

@@ -17,7 +17,7 @@ import gc
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.errors import ZooError
 from zoo.metrics import seed_mean_ci
 from zoo.runner.cells import row_name
 from zoo.runner.provenance import other_code
@@ -133,7 +134,7 @@ class Report:
                     common = sorted(set(ea) & set(eb))
                     if len(common) < 2:
                         continue
-                    key = task.paired_key
+                    key = task.view.paired_key
                     seeds = sorted({k[0] for k in common})
                     if len(seeds) > 1:
                         diff, ci = seed_paired_difference(
@@ -167,16 +168,20 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_report(root: Path, registry: Any = None) -> Report:
+TaskKinds = Callable[[str], Task]
+"""The task kind of a name (as ``lambda name: registry.get("tasks", name)``)."""
+
+
+def load_report(root: Path, kinds: TaskKinds | None = None) -> Report:
     """Read a results folder (validated first: a corrupt file is named, nothing is changed).
-    ``registry`` gives the task kinds; by default the built-in kinds are taken as they are and
-    the process's plugins are loaded only for a kind of theirs (their imports, torch's among
-    them, take seconds that reading results does not need)."""
+    ``kinds`` gives the task kinds of its results; by default the built-in ones
+    (:func:`builtin_kind`), which need no plugins (their imports, torch's among them, take
+    seconds that reading results does not need)."""
     with cyclic_gc_paused():
-        return _load_report(root, registry)
+        return _load_report(root, kinds or builtin_kind)
 
 
-def _load_report(root: Path, registry: Any) -> Report:
+def _load_report(root: Path, kinds: TaskKinds) -> Report:
     results = Results.open(root, create=False, keep_records=True)
     entries: dict[tuple[str, Setting], Entry] = {}
     tasks: dict[str, Task] = {}
@@ -184,7 +189,7 @@ def _load_report(root: Path, registry: Any) -> Report:
     def where(line: dict[str, Any]) -> tuple[str, Setting]:
         kind = line.get("task", "classification")
         if kind not in tasks:
-            tasks[kind] = task_kind(kind, registry)
+            tasks[kind] = kinds(kind)
         s = (kind, line["train_dataset"], line["dataset"], tasks[kind].setting(line))
         return row_name(line["method"], line.get("variant", "")), s
 
@@ -258,18 +263,16 @@ def _load_report(root: Path, registry: Any) -> Report:
                   {k: len(v) for k, v in sorted(other.items())})
 
 
-def task_kind(name: str, registry: Any = None) -> Task:
-    """The task kind ``name`` from ``registry``; by default a built-in kind without loading the
-    plugins (no plugin can take a built-in kind's name), else from the process's registry."""
-    if registry is None:
-        from zoo.tasks import BUILTIN
+def builtin_kind(name: str) -> Task:
+    """The built-in task kind ``name``, without loading the plugins (no plugin can take a
+    built-in kind's name); a kind of a plugin's is an error saying how to read its results."""
+    from zoo.tasks import BUILTIN
 
-        if name in BUILTIN:
-            return BUILTIN[name]()
-        from zoo.plugins import registry as process_registry
-
-        registry = process_registry()
-    return registry.get("tasks", name)
+    if name not in BUILTIN:
+        raise ZooError(f"results of task kind {name!r}, which is not built in ({', '.join(BUILTIN)}): "
+                       "read them with the kinds of the plugin registry, load_report(root, lambda "
+                       "name: registry.get('tasks', name)), as `zoo report` does")
+    return BUILTIN[name]()
 
 
 def inner_curves(entry: Entry) -> np.ndarray | None:

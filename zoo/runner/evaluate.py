@@ -32,10 +32,12 @@ FLUSH_SECONDS = 5.0
 
 def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, shape: Shape,
              seed: int, count: int, temperature: float, records_path: Path | None = None,
-             progress: bool = False, label: str = "", split: str = "test"
+             progress: bool = False, label: str = "", split: str = "test", cell: str = ""
              ) -> list[dict[str, Any]]:
     """Per-episode records for the test episodes (``split="val"``: ``count`` validation episodes
-    of the trained shape, drawn with ``seed``); resumes from ``records_path`` if given."""
+    of the trained shape, drawn with ``seed``); resumes from ``records_path`` if given. With
+    ``cell`` (the hash of the cell they belong to) each record names it, so that records copied
+    into another cell are recognised (:mod:`zoo.runner.storage.layout`)."""
     if split == "test":
         n, get = task.test_episodes(dataset, shape, seed, count)
     else:
@@ -57,7 +59,7 @@ def evaluate(task: Task, method: nn.Module, method_name: str, dataset: Any, *, s
         scored = task.score_many(predictions, episodes, temperature)
         for i, episode_seconds, prediction, score in zip(indices, seconds, predictions, scored,
                                                          strict=True):
-            record = {"index": i} | score
+            record = ({"cell": cell} if cell else {}) | {"index": i} | score
             record["seconds"] = episode_seconds
             inner = getattr(prediction, "extras", {}).get("inner_objective")
             if inner is not None:

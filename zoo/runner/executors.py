@@ -31,12 +31,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
 from zoo.runner.cell import DatasetCache, Outcome, run_units
 from zoo.runner.cells import Cell
 from zoo.runner.malloc import VARIABLE, for_workers, worker_tunables
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,15 @@ def run_units_on_node(marker: Path, units: Sequence[Sequence[Cell]], root: Path,
                        f"(the driver on {marker.read_text() if marker.exists() else 'another host'} "
                        "wrote it): put --out on a file system every node mounts at the same path "
                        "(NFS, a shared volume), or run with --executor local")
-    return run_units(units, root, *args)
+    return run_units_in_worker(units, root, *args)
+
+
+def run_units_in_worker(units: Sequence[Sequence[Cell]], root: Path, *args: Any) -> list[Outcome]:
+    """:func:`run_units` in a worker process (a pool's or a Ray node's): the entry of a bench
+    there, which loads that process's plugin registry (:func:`zoo.plugins.registry`)."""
+    from zoo.plugins import registry
+
+    return run_units(units, root, *args, registry=registry())
 
 
 DEFAULT_THREADS = 1
@@ -174,10 +185,13 @@ class LocalExecutor:
 
     def __init__(self, root: Path, data_dir: str | None, device: str, workers: int = 1,
                  progress: bool = True, datasets: DatasetCache | None = None,
-                 threads: int | str = DEFAULT_THREADS):
+                 threads: int | str = DEFAULT_THREADS, *, registry: Registry):
+        """``registry``: the plugins of this process, for units run in it (``workers=1``); a
+        worker process of the pool loads its own."""
         self.root, self.data_dir, self.device = root, data_dir, device
         self.workers, self.progress, self.datasets = max(1, workers), progress, datasets
         self.threads = resolve_threads(threads, self.workers)
+        self.registry = registry
 
     def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
         threads = self.threads
@@ -186,7 +200,7 @@ class LocalExecutor:
             while group := pace.take():
                 start = time.perf_counter()
                 outcomes = run_units(group, self.root, self.data_dir, self.device, threads,
-                                     self.progress, self.datasets)
+                                     self.progress, self.datasets, registry=self.registry)
                 pace.record(len(group), time.perf_counter() - start)
                 on_done(outcomes)
             return
@@ -199,7 +213,7 @@ class LocalExecutor:
             def submit() -> None:
                 group = pace.take()
                 if group:
-                    future = pool.submit(run_units, [list(u) for u in group], self.root,
+                    future = pool.submit(run_units_in_worker, [list(u) for u in group], self.root,
                                          self.data_dir, self.device, threads, False)
                     running[future] = (len(group), time.perf_counter())
 

@@ -1,8 +1,7 @@
 """Figures of a report (PNG, matplotlib's Agg backend: no display needed): training curves and
-inner-loop convergence curves per setting for every kind, and what each task kind adds through
-:meth:`zoo.tasks.Task.draw` (classification: reliability diagrams; regression: metrics against
-context size; ...). Helpers here (:func:`pyplot`, :func:`save`, :func:`method_styles`,
-:func:`legend_outside`) are what those use.
+inner-loop convergence curves per setting for every kind, and the figures each task kind asks
+for as data (:mod:`zoo.tasks.figures`; classification: reliability diagrams; regression: metrics
+against context size; ...), drawn here.
 
 A method has one style (colour, line style, marker) in every figure, distinct from every other
 method's for any number of methods, and legends sit outside the axes so they hide no curve."""
@@ -26,6 +25,7 @@ from zoo.metrics import ReliabilityBins, reliability_bins
 from zoo.runner.collect import Entry, Report, inner_curves
 from zoo.spec import parse_spec
 from zoo.tasks.base import pooled
+from zoo.tasks.figures import CurveGrid, Figure, MetricLines, ParameterLines, Reliability
 
 COLOURS = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink",
                                  "gray", "olive", "cyan")]
@@ -91,15 +91,33 @@ def save(fig: Any, path: Path) -> Path:
 
 
 def draw_all(report: Report, out: Path) -> list[Path]:
-    """Every figure of the report, in ``out``; no two figures may share a file."""
+    """Every figure of the report, in ``out``: each kind's, then the training curves; no two
+    figures may share a file."""
     written = []
     for kind in report.kinds():
-        written += report.tasks[kind].draw(report, out)
+        for figure in report.tasks[kind].view.figures:
+            written += draw(report, kind, figure, out)
     written += training_curves(report, out)
     twice = [p.name for p, n in Counter(written).items() if n > 1]
     if twice:
         raise RuntimeError(f"figures drawn over one another in {out}: {', '.join(twice)}")
     return written
+
+
+def draw(report: Report, kind: str, figure: Figure, out: Path) -> list[Path]:
+    """The files of one figure that task kind ``kind`` asks for."""
+    if isinstance(figure, Reliability):
+        return reliability_diagrams(report, out, kind)
+    if isinstance(figure, MetricLines):
+        return metric_lines(report, kind, figure.x_key, list(figure.metrics), out, figure.name,
+                            figure.log_x, figure.log_y, dict(figure.errors) or None)
+    if isinstance(figure, ParameterLines):
+        return parameter_lines(report, kind, list(figure.metrics), out, figure.name,
+                               figure.log_y, dict(figure.errors) or None)
+    if isinstance(figure, CurveGrid):
+        return curve_grids(report, kind, figure, out)
+    raise TypeError(f"task kind {kind!r} asks for a figure of unknown type "
+                    f"{type(figure).__name__}; use one of zoo.tasks.figures")
 
 
 def reliability(entry: Entry) -> tuple[ReliabilityBins, ReliabilityBins]:
@@ -114,13 +132,13 @@ def reliability(entry: Entry) -> tuple[ReliabilityBins, ReliabilityBins]:
 RAW, SCALED = ("tab:blue", "raw"), ("tab:orange", "temperature-scaled")
 
 
-def reliability_figure(report: Report, method: str) -> Any:
-    """One method's reliability diagrams, a panel per classification setting in a grid of at
+def reliability_figure(report: Report, method: str, kind: str = "classification") -> Any:
+    """One method's reliability diagrams, a panel per setting of ``kind`` in a grid of at
     most three columns: per confidence bin the accuracy of the method's own probabilities and
     of the temperature-scaled ones side by side (neither hides the other), under each panel the
     bins' query counts, in each title both ECEs (the table's). ``None``: no setting scored."""
     plt = pyplot()
-    done = [s for s in report.settings if s[0] == "classification"
+    done = [s for s in report.settings if s[0] == kind
             and (method, s) in report.entries and report.entries[(method, s)].episodes]
     if not done:
         return None
@@ -153,12 +171,12 @@ def reliability_figure(report: Report, method: str) -> Any:
     return fig
 
 
-def reliability_diagrams(report: Report, out: Path) -> list[Path]:
-    """One figure per classification method (:func:`reliability_figure`)."""
+def reliability_diagrams(report: Report, out: Path, kind: str = "classification") -> list[Path]:
+    """One figure per method of ``kind`` (:func:`reliability_figure`)."""
     written = []
     names = unique_slugs(report.methods)
     for method in report.methods:
-        fig = reliability_figure(report, method)
+        fig = reliability_figure(report, method, kind)
         if fig is not None:
             written.append(save(fig, out / f"reliability-{names[method]}.png"))
     return written
@@ -292,6 +310,35 @@ def convergence_figure(report: Report, s: Any, styles: dict[str, dict[str, Any]]
     legend_entries(fig, axes)
     fig.suptitle(f"inner loop at test: {report.label(s)}")
     return fig
+
+
+def curve_grids(report: Report, kind: str, figure: CurveGrid, out: Path) -> list[Path]:
+    """Per setting of ``kind``: the grid of ``figure`` (:class:`zoo.tasks.figures.CurveGrid`)."""
+    plt = pyplot()
+    styles = method_styles(report.methods)
+    written = []
+    rows, columns = len(figure.rows), len(figure.columns)
+    for s in [s for s in report.settings if s[0] == kind]:
+        fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.15 * rows), squeeze=False,
+                                 layout="constrained")
+        for m in report.methods:
+            entry = report.entries.get((m, s))
+            if entry is None or not entry.results:
+                continue
+            curve = entry.summary()[figure.curve]
+            for row, (x_key, _) in zip(axes, figure.rows):
+                if x_key not in curve[0]:
+                    continue
+                for ax, (key, _) in zip(row, figure.columns):
+                    ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
+                            **styles[m])
+        for row, (_, x_label) in zip(axes, figure.rows):
+            for ax, (_, y_label) in zip(row, figure.columns):
+                ax.set(xlabel=x_label, ylabel=y_label, xscale=figure.x_scale)
+        legend_outside(fig, axes[0, 0])
+        fig.suptitle(f"{kind}: {report.label(s)}")
+        written.append(save(fig, out / f"{figure.name}-{slug(report.label(s))}.png"))
+    return written
 
 
 def metric_lines(report: Report, kind: str, x_key: str, metrics: list[tuple[str, str]],

@@ -15,21 +15,24 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.runner.malloc import malloc_setting
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 SHORT = 12
 """Hex digits of a code digest shown in messages."""
 
 
 @functools.cache
-def versions() -> dict[str, Any]:
-    """Versions of python, torch, pyro, learn2learn, zoo and of every plugin (its record)."""
+def versions(registry: Registry) -> dict[str, Any]:
+    """Versions of python, torch, pyro, learn2learn, zoo and of every plugin of ``registry``
+    (its record)."""
     import importlib.metadata as md
 
     from zoo.hookspecs import DISTRIBUTION
-    from zoo.plugins import registry
 
     def version(dist: str) -> str | None:
         try:
@@ -40,7 +43,7 @@ def versions() -> dict[str, Any]:
     return {"python": platform.python_version(), "torch": version("torch"),
             "pyro": version("pyro-ppl"), "learn2learn": version("learn2learn"),
             "zoo": version(DISTRIBUTION),
-            "plugins": {r.name: r.version for r in registry().plugins if r.name != "zoo"}}
+            "plugins": {r.name: r.version for r in registry.plugins if r.name != "zoo"}}
 
 
 @functools.cache
@@ -68,14 +71,15 @@ def device_description(device: str) -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
-def environment(device: str) -> dict[str, Any]:
-    """What a result depends on besides its config. ``threads`` is there because the intra-op
+def environment(device: str, registry: Registry) -> dict[str, Any]:
+    """What a result depends on besides its config (``registry``: the plugins it was made
+    with). ``threads`` is there because the intra-op
     thread count changes the order of floating-point reductions, so the same cell trained with 1
     and with 2 threads can end at different numbers (``zoo bench --workers`` sets it); ``malloc``
     is the ``GLIBC_TUNABLES`` the process started with (:mod:`zoo.runner.malloc`)."""
     import torch
 
-    return {"versions": copy.deepcopy(versions()), "git_commit": git_commit(),
+    return {"versions": copy.deepcopy(versions(registry)), "git_commit": git_commit(),
             "device": device_description(device), "platform": platform.platform(),
             "argv": sys.argv, "malloc": malloc_setting(), "threads": torch.get_num_threads()}
 

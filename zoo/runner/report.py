@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io import atomic_write_json, atomic_write_text
-from zoo.runner.collect import Report, load_report
+from zoo.runner.collect import Report, TaskKinds, load_report
 from zoo.runner.plots import draw_all
 from zoo.runner.report_html import html_report
 
@@ -35,12 +35,13 @@ def _cell_text(report: Report, method: str, s: Any, latex: bool = False) -> str:
     row = entry.summary()
     if row["status"] in ("failed", "missing"):
         return "FAILED" if row["status"] == "failed" else "-"
-    text = entry.task.cell_text(row, s in report.error_settings, latex)
+    view = entry.task.view
+    text = view.cell_text(row, s in report.error_settings, latex)
     if row["seeds"] > 1:
-        scale = 100 if entry.task.paired_percent else 1
+        scale = 100 if view.paired_percent else 1
         pm = r"$\pm$" if latex else "±"
-        text += (f" [{row['seeds']} seeds: {scale * row['seed_mean']:.{entry.task.digits}f} {pm} "
-                 f"{scale * row['seed_ci95']:.{entry.task.digits}f}]")
+        text += (f" [{row['seeds']} seeds: {scale * row['seed_mean']:.{view.digits}f} {pm} "
+                 f"{scale * row['seed_ci95']:.{view.digits}f}]")
     if row.get("skipped_steps"):
         text += f" [{row['skipped_steps']} steps skipped]"
     if len(row.get("threads", ())) > 1:  # one number from runs that need not agree
@@ -70,7 +71,7 @@ def markdown(report: Report) -> str:
         lines = [f"### {kind}\n"] if len(kinds) > 1 else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
-        parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].table_note
+        parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].view.table_note
                      + threads_note(report, kind) + "\n")
     if report.other_code:
         parts.append(f"Not shown: {sum(report.other_code.values())} result(s) made by other code "
@@ -123,13 +124,13 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
 def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
     out = []
     for kind in report.kinds():
-        task = report.tasks[kind]
-        unit = " (%)" if task.paired_percent else ""
-        scale = 100 if task.paired_percent else 1
-        lines = [f"| setting | a | b | {task.paired_key} a - b{unit} | 95% CI | episodes | seeds |",
+        view = report.tasks[kind].view
+        unit = " (%)" if view.paired_percent else ""
+        scale = 100 if view.paired_percent else 1
+        lines = [f"| setting | a | b | {view.paired_key} a - b{unit} | 95% CI | episodes | seeds |",
                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {p['setting']} | {p['a']} | {p['b']} | {scale * p['difference']:+.{task.digits}f} | "
-                  f"{scale * p['ci95']:.{task.digits}f}{' *' if p['significant'] else ''} | "
+        lines += [f"| {p['setting']} | {p['a']} | {p['b']} | {scale * p['difference']:+.{view.digits}f} | "
+                  f"{scale * p['ci95']:.{view.digits}f}{' *' if p['significant'] else ''} | "
                   f"{p['episodes']} | {p['seeds']} |" for p in pairs if p["task"] == kind]
         out.append("\n".join(lines) + "\n")
     return ("\n".join(out) + "\n* the CI excludes zero. With two or more seeds the difference is "
@@ -138,9 +139,10 @@ def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
 
 
 def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = True,
-                 registry: Any = None) -> Report:
-    """Write every format (and the figures) into ``root/report``; return the report."""
-    report = load_report(Path(root), registry)
+                 kinds: TaskKinds | None = None) -> Report:
+    """Write every format (and the figures) into ``root/report``; return the report (``kinds``:
+    the task kinds of its results, as for :func:`~zoo.runner.collect.load_report`)."""
+    report = load_report(Path(root), kinds)
     out = Path(root) / "report"
     rows, pairs = report.rows(), report.paired()
     if "md" in formats:

@@ -1,5 +1,5 @@
 """The report as one self-contained HTML file (``report/report.html``): the table of every task
-kind (sortable, the best of a column marked, any of the kind's :attr:`~zoo.tasks.Task.report_metrics`
+kind (sortable, the best of a column marked, any of the kind's :attr:`~zoo.tasks.TaskView.report_metrics`
 one click away), the paired differences, every figure (embedded as data URIs), how to read the
 numbers, and the provenance of the results (commits, versions, devices, threads).
 
@@ -66,10 +66,10 @@ def script_json(obj: Any) -> str:
 
 def metrics_of(task: Any) -> list[ReportMetric]:
     """The numbers a kind's table offers: its declared ones, else its headline (unmarked)."""
-    declared = list(task.report_metrics)
+    declared = list(task.view.report_metrics)
     if declared:
         return declared
-    return [ReportMetric(task.headline, task.headline, None, digits=task.digits)]
+    return [ReportMetric(task.headline, task.headline, None, digits=task.view.digits)]
 
 
 def layout(report: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,8 +97,8 @@ def layout(report: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "references": [{"name": n, "error_percent": [report.references.get(s, {}).get(n)
                                                          for s in settings]}
                            for n in references],
-            "paired": {"key": task.paired_key, "scale": 100 if task.paired_percent else 1,
-                       "digits": task.digits},
+            "paired": {"key": task.view.paired_key, "scale": 100 if task.view.paired_percent else 1,
+                       "digits": task.view.digits},
         })
     return kinds
 
@@ -192,7 +192,7 @@ def reading_html(report: Report) -> str:
             f"{'; lower is better' if m.better == 'lower' else ''}</dd>"
             for m in metrics_of(task))
         parts.append(f"<h3>{html.escape(kind)}</h3><dl>{items}</dl>"
-                     f"<p class='note'>In <code>table.md</code>: {html.escape(task.table_note)}</p>")
+                     f"<p class='note'>In <code>table.md</code>: {html.escape(task.view.table_note)}</p>")
     return "\n".join(parts)
 
 

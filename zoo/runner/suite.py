@@ -43,7 +43,8 @@ or, instead of cells, ``entry = "module:function"``: the function runs the whole
 ``function(out_dir, data_dir, device, settings)``. :mod:`zoo.runner.cells` expands a suite into
 cells.
 
-Functions that look names up take the plugin ``registry``; ``None`` means the process's.
+Functions that look names up take the plugin ``registry`` (:func:`zoo.plugins.registry` is the
+process's).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomllib
 
@@ -59,6 +60,9 @@ from zoo.catalogue import methods_of_kind, providing_distribution
 from zoo.errors import UnknownNameError
 from zoo.runner.validate import check_settings
 from zoo.spec import SpecError, parse_list, parse_spec, parse_value
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 SETTINGS: dict[str, Any] = {
     "description": "",
@@ -142,14 +146,6 @@ class SuiteError(SpecError):
     """A suite file or a --set override that does not make sense."""
 
 
-def _registry(registry: Any) -> Any:
-    if registry is not None:
-        return registry
-    from zoo.plugins import registry as process_registry
-
-    return process_registry()
-
-
 @dataclass(frozen=True)
 class Suite:
     """A named suite: settings, per-method hyper-parameter overrides, published references."""
@@ -175,14 +171,14 @@ class Suite:
         return asdict(self)
 
 
-def suite_names(registry: Any = None) -> list[str]:
-    return _registry(registry).names("suites")
+def suite_names(registry: Registry) -> list[str]:
+    return registry.names("suites")
 
 
-def load_suite(name: str, registry: Any = None) -> Suite:
+def load_suite(name: str, registry: Registry) -> Suite:
     """The registered suite ``name`` (built-in TOML or a plugin's), or the suite file at the path
     ``name`` (ending in ``.toml``; its name is the file's stem), validated."""
-    reg = _registry(registry)
+    reg = registry
     if name.endswith(".toml"):
         spec: Any = Path(name)
         if not spec.is_file():
@@ -200,11 +196,11 @@ def load_suite(name: str, registry: Any = None) -> Suite:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise SuiteError(f"suite {name!r}: cannot read {path}: {exc}") from exc
         source = str(path)
-    return suite_from_dict(name, raw, source, reg)
+    return suite_from_dict(name, raw, source, registry=reg)
 
 
-def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
-                    registry: Any = None) -> Suite:
+def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "", *,
+                    registry: Registry) -> Suite:
     unknown_tables = sorted(set(raw) - {"suite", "part", "methods", "references", "settings"})
     if unknown_tables:
         raise SuiteError(f"suite {name!r} ({source}): unknown table(s) {unknown_tables}; "
@@ -212,7 +208,7 @@ def suite_from_dict(name: str, raw: Mapping[str, Any], source: str = "",
     given = dict(raw.get("suite", {}))
     task_name = given.get("task", SETTINGS["task"])
     try:
-        task = _registry(registry).get("tasks", task_name)
+        task = registry.get("tasks", task_name)
     except UnknownNameError as exc:
         raise SuiteError(f"suite {name!r} ({source}): {exc}") from None
     settings = {**SETTINGS, **task.settings}
@@ -247,10 +243,11 @@ PER_DATASET = "kernel_per_dataset"
 """The ``[methods.NAME]`` key of a per-training-data-set kernel table (see the module doc)."""
 
 
-def _check_kernel_table(method: str, table: Any, where: str, registry: Any) -> dict[str, str]:
+def _check_kernel_table(method: str, table: Any, where: str, registry: Registry
+                        ) -> dict[str, str]:
     """``{data set: kernel spec}`` for a method that uses a kernel, every kernel registered (a
     method of the zoo's that is not installed keeps its table unchecked: it does not run)."""
-    reg = _registry(registry)
+    reg = registry
     if method not in reg.names("methods") and providing_distribution(method):
         return dict(table) if isinstance(table, Mapping) else table
     try:
@@ -309,10 +306,10 @@ def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -
 
 
 def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[str],
-                    registry: Any = None) -> Suite:
+                    registry: Registry) -> Suite:
     """``--set KEY=VALUE``: a suite setting, ``METHOD.HPARAM``, or a bare ``HPARAM`` applied to every
     selected method that has it. Unknown keys are an error listing every choice."""
-    reg = _registry(registry)
+    reg = registry
     settings = dict(suite.settings)
     overrides = {m: dict(h) for m, h in suite.method_overrides.items()}
     entry = dict(suite.entry_settings)
@@ -373,14 +370,14 @@ def is_setting(suite: Suite, assignment: str) -> bool:
     return assignment.partition("=")[0].strip() in suite.settings
 
 
-def select_methods(suite: Suite, only: Iterable[str] | None = None,
-                   registry: Any = None) -> list[str]:
+def select_methods(suite: Suite, only: Iterable[str] | None = None, *,
+                   registry: Registry) -> list[str]:
     """The suite's methods (``"*"``: every registered method of the suite's task kind), filtered by
     ``only``; the zoo's methods that the suite names but that are not installed are left out
     (:func:`missing_methods` names them). A named method of another kind, or one that does not
     implement its kind's interface, is an error saying what to do; so is a name in ``only`` that is
     not installed (with the distribution to install, if it is one of the zoo's)."""
-    reg = _registry(registry)
+    reg = registry
     kind = suite.settings["task"]
     task = reg.get("tasks", kind)
     wanted = suite.settings["methods"]
@@ -415,11 +412,11 @@ def select_methods(suite: Suite, only: Iterable[str] | None = None,
     return names
 
 
-def missing_methods(suite: Suite, registry: Any = None) -> dict[str, str]:
+def missing_methods(suite: Suite, registry: Registry) -> dict[str, str]:
     """``{method: distribution}`` of the zoo's methods that the suite names (in its ``methods``,
     its ``[methods.NAME]`` tables or its parts' ``methods``; ``"*"``: every one of its task kind)
     but that are not installed."""
-    reg = _registry(registry)
+    reg = registry
     named = [*suite.method_overrides]
     if suite.settings["methods"] == "*":
         named += methods_of_kind(suite.settings["task"])

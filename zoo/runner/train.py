@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ from zoo.io import (
 from zoo.runner.cells import Cell
 from zoo.runner.schedule import lr_factor
 from zoo.seeds import rng_state, seed_everything, set_rng_state
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +85,10 @@ class TrainedModel:
     info: dict[str, Any]
 
 
-def build_for_cell(cell: Cell, dataset: Any, device: str, registry: Any) -> nn.Module:
-    """The cell's method, untrained (its task kind builds it)."""
+def build_for_cell(cell: Cell, dataset: Any, device: str, registry: Registry) -> nn.Module:
+    """The cell's method, untrained (its method base builds it, :meth:`zoo.Method.from_cell`)."""
     cls = registry.get("methods", cell.method)
-    return cell.task.build(cls, cell, dataset, registry).to(device)
+    return cls.from_cell(cell, dataset, registry).to(device)
 
 
 def has_split(dataset: Any, split: str) -> bool:
@@ -104,7 +107,7 @@ def validate(method: nn.Module, cell: Cell, dataset: Any) -> tuple[float, dict[s
     return score, payload
 
 
-def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: Any,
+def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: Registry,
                 progress: bool = False, val_data: Any = None,
                 markers: list[Path] | None = None) -> TrainedModel:
     """Train (or resume, or just load) the model of ``cell`` in ``folder``; ``val_data`` (the

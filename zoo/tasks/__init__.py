@@ -13,25 +13,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zoo._lazy import exports
-from zoo.tasks.base import PredictionError, ReportMetric, Task
+from zoo.tasks.base import PredictionError, ReportMetric, Task, TaskView
 from zoo.tasks.classification import Classification
+from zoo.tasks.figures import CurveGrid, MetricLines, ParameterLines, Reliability
 from zoo.tasks.integration import IntegralEstimate, Integration, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import Regression, RegressionEpisode, RegressionPrediction, sample_task
 from zoo.tasks.sequential import Sequential, Stream, StreamPrediction
 
 if TYPE_CHECKING:
-    from zoo.tasks.methods import IntegrationMethod, RegressionMethod, StreamMethod, TaskMethod
+    from zoo.tasks.methods import IntegrationMethod, RegressionMethod, StreamMethod
 
 BUILTIN: dict[str, type[Task]] = {k.name: k for k in (Classification, Regression, Sequential,
                                                       Integration)}
 
-__all__ = ["BUILTIN", "Classification", "IntegralEstimate", "Integration", "IntegrationEpisode",
-           "IntegrationMethod", "IntegrationProblem", "PredictionError", "Regression",
-           "RegressionEpisode", "RegressionMethod", "RegressionPrediction", "ReportMetric",
-           "Sequential", "Stream",
-           "StreamMethod", "StreamPrediction", "Task", "TaskMethod", "sample_task"]
+__all__ = ["BUILTIN", "Classification", "CurveGrid", "IntegralEstimate", "Integration",
+           "IntegrationEpisode", "IntegrationMethod", "IntegrationProblem", "MetricLines",
+           "ParameterLines", "PredictionError", "Regression", "RegressionEpisode",
+           "RegressionMethod", "RegressionPrediction", "Reliability", "ReportMetric", "Sequential",
+           "Stream", "StreamMethod", "StreamPrediction", "Task", "TaskView", "sample_task"]
 
 __getattr__, __dir__ = exports(globals(), {"IntegrationMethod": "zoo.tasks.methods",
                                            "RegressionMethod": "zoo.tasks.methods",
-                                           "StreamMethod": "zoo.tasks.methods",
-                                           "TaskMethod": "zoo.tasks.methods"})
+                                           "StreamMethod": "zoo.tasks.methods"})

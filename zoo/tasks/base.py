@@ -1,11 +1,13 @@
 """What a task kind is: the contract between the runner and one kind of problem.
 
 A :class:`Task` says how the episodes of a cell are drawn (a pure function of their coordinates),
-how a method of the kind is built and asked for a prediction, which predictions are admissible,
-how one episode is scored (a JSON record), how records are summarised (one function, used by the
-runner for a cell and by the report for seeds pooled), which validation number selects a model
-(higher is better), and how a summary is shown in the report. The runner holds no ``if kind ==``:
-it calls these. Kinds register through the ``zoo_register_tasks`` hook, so a plugin can add one.
+what a method of the kind is built with and how it is asked for a prediction, which predictions
+are admissible, how one episode is scored (a JSON record), how records are summarised (one
+function, used by the runner for a cell and by the report for seeds pooled), which validation
+number selects a model (higher is better); its :class:`TaskView` says how results are shown (the
+report's cells and notes, the paired columns, the figures as data). The runner holds no ``if
+kind ==``: it calls these. Kinds register through the ``zoo_register_tasks`` hook,
+so a plugin can add one.
 
 A kind's module imports no torch (the runner's calls import it when they run), so that reading
 results (``zoo report``) does not: it names its method and data classes as ``"module:Name"``. The
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
+from zoo.tasks.figures import Figure
 
 if TYPE_CHECKING:
     from torch import nn
@@ -110,6 +113,36 @@ class ReportMetric(NamedTuple):
     help: str = ""
 
 
+class TaskView(ABC):
+    """How the results of one task kind are shown: the report's cells, notes and paired
+    columns, the bench's line per finished cell, and the figures (as data the runner draws).
+
+    Attributes:
+        paired_key: the per-episode record key the report compares methods on, pairwise (shown
+            in percent with ``paired_percent``, with ``digits`` decimals).
+        table_note: the line under the kind's report table saying what its cells hold.
+        report_metrics: the summary numbers the HTML report's table can show, the first by
+            default (none declared: the headline, unmarked).
+        figures: what the report draws for this kind, as data (:mod:`zoo.tasks.figures`).
+    """
+
+    paired_key: ClassVar[str] = ""
+    paired_percent: ClassVar[bool] = False
+    digits: ClassVar[int] = 3
+    table_note: ClassVar[str] = ""
+    report_metrics: ClassVar[tuple[ReportMetric, ...]] = ()
+    figures: ClassVar[tuple[Figure, ...]] = ()
+
+    @abstractmethod
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        """A report table cell for a summary row that has numbers."""
+
+    def done_line(self, result: Mapping[str, Any]) -> str:
+        """What ``zoo bench`` prints when a cell finishes."""
+        return (f"{self.cell_text(result)}, train {result['train_seconds']:.0f}s, "
+                f"{1000 * result['eval_seconds_per_episode']:.0f} ms/episode")
+
+
 class Task(ABC):
     """One task kind. Subclasses set the class attributes and implement the abstract methods.
 
@@ -129,11 +162,7 @@ class Task(ABC):
         score_batch: test episodes the runner checks and scores together
             (:meth:`check_many`, :meth:`score_many`; it holds them until then): more than 1 for a
             kind that scores a group in one batched call.
-        paired_key: the per-episode record key the report compares methods on, pairwise (shown
-            in percent with ``paired_percent``, with ``digits`` decimals).
-        table_note: the line under the kind's report table saying what its cells hold.
-        report_metrics: the summary numbers the HTML report's table can show, the first by
-            default (none declared: the headline, unmarked).
+        view: how its results are shown (:class:`TaskView`).
     """
 
     name: ClassVar[str]
@@ -147,11 +176,7 @@ class Task(ABC):
     selection_key: ClassVar[str] = "val_score"
     headline: ClassVar[str] = ""
     score_batch: ClassVar[int] = 1
-    paired_key: ClassVar[str] = ""
-    paired_percent: ClassVar[bool] = False
-    digits: ClassVar[int] = 3
-    table_note: ClassVar[str] = ""
-    report_metrics: ClassVar[tuple[ReportMetric, ...]] = ()
+    view: ClassVar[TaskView]
 
     # -- cells -----------------------------------------------------------------------------------
 
@@ -213,17 +238,9 @@ class Task(ABC):
             raise ZooError(f"method {getattr(cls, 'name', cls)!r} declares task {self.name!r} but "
                            f"is not a {base.__module__}.{base.__name__}; derive from that class")
 
-    def build(self, cls: type, cell: Any, dataset: Any, registry: Any) -> nn.Module:
-        """An untrained method of class ``cls`` for ``cell`` on ``dataset``, its parameters drawn
-        from the cell's seed (the global RNG stream is left as it was)."""
-        import torch
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cell.seed)
-            return cls(**self.data_shape(dataset), **cell.hparams)
-
     def data_shape(self, dataset: Any) -> dict[str, Any]:
-        """What a method of this kind is built with besides its hyper-parameters (dimensions)."""
+        """What a method of this kind is built with besides its hyper-parameters (dimensions;
+        the method base's ``build`` asks)."""
         return {}
 
     @abstractmethod
@@ -294,18 +311,3 @@ class Task(ABC):
         returned for the selected model, and ``what``, the cell's label for messages); kinds
         without one return 1."""
         return 1.0
-
-    # -- report --------------------------------------------------------------------------------
-
-    @abstractmethod
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        """A report table cell for a summary row that has numbers."""
-
-    def done_line(self, result: Mapping[str, Any]) -> str:
-        """What ``zoo bench`` prints when a cell finishes."""
-        return (f"{self.cell_text(result)}, train {result['train_seconds']:.0f}s, "
-                f"{1000 * result['eval_seconds_per_episode']:.0f} ms/episode")
-
-    def draw(self, report: Any, out: Any) -> list:
-        """Figures specific to this kind (the runner draws training and convergence curves)."""
-        return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,34 +30,36 @@ from zoo.tasks.base import (
     ReportMetric,
     Shape,
     Task,
+    TaskView,
     episode_means,
     numbers,
     pooled,
     probabilities_problem,
 )
+from zoo.tasks.figures import Reliability
 
 if TYPE_CHECKING:
     import torch
+    from torch import Tensor
 
     from zoo.data.base import FewShotDataset
     from zoo.episode import Episode
-    from zoo.method import Method, Prediction
+    from zoo.method import Method
 
-class Classification(Task):
-    """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
 
-    name = "classification"
-    method_base = "zoo.method:Method"
-    data_base = "zoo.data.base:FewShotDataset"
-    data_what = "a few-shot classification data set"
-    data_example = "glyphs"
-    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
-                                          "train_shot": 0, "query": 15, "train_query": 15}
-    train_keys = ("way", "train_shot", "train_query")
-    column_keys = ("way", "shot")
-    selection_key = "val_accuracy"
-    headline = "accuracy"
-    score_batch = 32  # ~15 tensor calls per group instead of per episode
+@dataclass
+class Prediction:
+    """What a classification method returns. ``probs``: ``[Q, way]``, rows sum to one.
+    ``extras``: optional method-specific outputs, e.g. ``"inner_objective"`` (a list, one value
+    per inner step, for convergence plots)."""
+
+    probs: Tensor
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class ClassificationView(TaskView):
+    """How classification results are shown."""
+
     paired_key = "accuracy"
     paired_percent = True
     digits = 1
@@ -87,6 +90,40 @@ class Classification(Task):
         ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
                      help="wall-clock milliseconds to adapt and predict one test episode"),
     )
+    figures = (Reliability(),)
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
+        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
+        text = f"{value:.1f}{ci}"
+        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
+        return text + (ece if not error else f"{pct} err")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
+                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
+                f"train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+
+class Classification(Task):
+    """Few-shot classification: way-way shot-shot episodes, accuracy and calibration."""
+
+    name = "classification"
+    view = ClassificationView()
+    method_base = "zoo.method:Method"
+    data_base = "zoo.data.base:FewShotDataset"
+    data_what = "a few-shot classification data set"
+    data_example = "glyphs"
+    settings: ClassVar[dict[str, Any]] = {"ways": [5], "shots": [1, 5], "train_way": 0,
+                                          "train_shot": 0, "query": 15, "train_query": 15}
+    train_keys = ("way", "train_shot", "train_query")
+    column_keys = ("way", "shot")
+    selection_key = "val_accuracy"
+    headline = "accuracy"
+    score_batch = 32  # ~15 tensor calls per group instead of per episode
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``train_shot = 0`` trains a model per test shot; a positive value one model at that shot.
@@ -126,19 +163,6 @@ class Classification(Task):
                 f"{train_data.in_channels}-channel {train_data.image_size}px ones "
                 f"({train_data.name}); choose a test data set of the same image shape")
 
-    def build(self, cls: type, cell: Any, dataset: FewShotDataset, registry: Any) -> Method:
-        from zoo.method import build_method
-        from zoo.spec import parse_spec
-
-        kernel, options = parse_spec(cell.kernel, "kernel") if cell.kernel else (None, {})
-        backbone, backbone_options = (parse_spec(cell.backbone, "backbone") if cell.backbone
-                                      else (None, {}))  # e.g. "conv4s[width=128]"
-        return build_method(cell.method, way=train_way(cell.shape), in_channels=dataset.in_channels,
-                            image_size=dataset.image_size, backbone=backbone,
-                            backbone_options=backbone_options, kernel=kernel,
-                            kernel_options=options, seed=cell.seed, registry=registry,
-                            **cell.hparams)
-
     def episodes(self, dataset: FewShotDataset, split: str, shape: Shape, seed: int,
                  training: bool) -> GetEpisode:
         """Training episodes use ``train_way``, ``train_shot`` and ``train_query``; validation
@@ -175,8 +199,6 @@ class Classification(Task):
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
         """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`)."""
-        from zoo.method import Prediction
-
         def fail(problem: str) -> None:
             raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
                                   "predict must return zoo.Prediction(probs) with one row of class "
@@ -263,27 +285,6 @@ class Classification(Task):
     def calibrate(self, payload: Mapping[str, Any]) -> float:
         return fit_temperature(payload["val_logp"], payload["val_y"], what=payload.get("what", ""))
 
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        pm = r"$\pm$" if latex else "±"
-        pct = r"\%" if latex else "%"
-        value = 100 * (1 - row["accuracy"]) if error else 100 * row["accuracy"]
-        ci = "" if math.isnan(row["ci95"]) else f" {pm} {100 * row['ci95']:.1f}"
-        text = f"{value:.1f}{ci}"
-        ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
-        return text + (ece if not error else f"{pct} err")
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
-                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
-                f"train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
-
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import reliability_diagrams
-
-        return reliability_diagrams(report, out)
-
-
 def train_way(shape: Shape) -> int:
     """The way a cell's model is built and trained for: ``train_way`` if set, else the test way."""
     return int(shape.get("train_way", shape["way"]))
@@ -295,8 +296,6 @@ def _stack(predictions: Sequence[Any], episodes: Sequence[Episode]
     predictions of the right type and shape for episodes that share ``Q`` and ``way``; ``None``
     otherwise (each is then taken alone)."""
     import torch
-
-    from zoo.method import Prediction
 
     if not episodes or not all(isinstance(p, Prediction) for p in predictions):
         return None

@@ -22,7 +22,8 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
+from zoo.tasks.figures import MetricLines, ParameterLines
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -87,22 +88,12 @@ def sample_integrand(family: IntegrandFamily, split: str, seed: int, samples: in
                                                  d.score.to(device), info, related), d.truth)
 
 
-class Integration(Task):
-    """Integration with known truth: absolute error, variance reduction against Monte Carlo."""
+_ERROR_METRICS = (("rmse", "RMSE over tasks"), ("abs_error", "mean |error| (95% CI)"))
 
-    name = "integration"
-    method_base = "zoo.tasks.methods:IntegrationMethod"
-    data_base = "zoo.data.integrands:IntegrandFamily"
-    data_what = "an integrand family"
-    data_example = "gaussian-cosine"
-    settings: ClassVar[dict[str, Any]] = {"sample_sizes": [10, 100, 1000], "train_samples": 100,
-                                          "train_datasets": ["gaussian-cosine"],
-                                          "train_episodes": 0, "val_episodes": 0,
-                                          "test_episodes": 200}
-    train_keys = ("train_samples",)
-    column_keys = ("samples",)
-    selection_key = "val_neg_abs_error"
-    headline = "abs_error"
+
+class IntegrationView(TaskView):
+    """How integration results are shown."""
+
     paired_key = "abs_error"
     digits = 4
     table_note = ("Mean absolute error over test integrands +- 95% CI; VRF: variance-reduction "
@@ -123,6 +114,39 @@ class Integration(Task):
         ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
                      help="wall-clock milliseconds to adapt and predict one test episode"),
     )
+    figures = (MetricLines("samples", _ERROR_METRICS, "integration", log_x=True, log_y=True,
+                           errors={"abs_error": "ci95"}),
+               ParameterLines(_ERROR_METRICS, "integration", log_y=True, errors={"abs_error": "ci95"}))
+    """Error against the budget per family (the Meta-CV study's N_t, Table 4.2's m) and, where a
+    family is run at several values of one parameter, against it (its d, South's sigma2)."""
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        return f"{row['abs_error']:.3g} {pm} {row['ci95']:.2g} (VRF {row['vrf']:.3g})"
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"mean |error| {r['abs_error']:.3g} +- {r['ci95']:.2g}, RMSE {r['rmse']:.3g} "
+                f"(Monte Carlo {r['mc_rmse']:.3g}, VRF {r['vrf']:.3g}), "
+                f"{1000 * r['eval_seconds_per_episode']:.2f} ms/task")
+
+
+class Integration(Task):
+    """Integration with known truth: absolute error, variance reduction against Monte Carlo."""
+
+    name = "integration"
+    view = IntegrationView()
+    method_base = "zoo.tasks.methods:IntegrationMethod"
+    data_base = "zoo.data.integrands:IntegrandFamily"
+    data_what = "an integrand family"
+    data_example = "gaussian-cosine"
+    settings: ClassVar[dict[str, Any]] = {"sample_sizes": [10, 100, 1000], "train_samples": 100,
+                                          "train_datasets": ["gaussian-cosine"],
+                                          "train_episodes": 0, "val_episodes": 0,
+                                          "test_episodes": 200}
+    train_keys = ("train_samples",)
+    column_keys = ("samples",)
+    selection_key = "val_neg_abs_error"
+    headline = "abs_error"
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         """One shape per budget; ``train_samples = 0`` meta-trains at each budget (the Meta-CV
@@ -194,23 +218,3 @@ class Integration(Task):
 
     def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
         return -float(np.mean([r["abs_error"] for r in records]))
-
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        pm = r"$\pm$" if latex else "±"
-        return f"{row['abs_error']:.3g} {pm} {row['ci95']:.2g} (VRF {row['vrf']:.3g})"
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return (f"mean |error| {r['abs_error']:.3g} +- {r['ci95']:.2g}, RMSE {r['rmse']:.3g} "
-                f"(Monte Carlo {r['mc_rmse']:.3g}, VRF {r['vrf']:.3g}), "
-                f"{1000 * r['eval_seconds_per_episode']:.2f} ms/task")
-
-    def draw(self, report: Any, out: Any) -> list:
-        """Error against the budget per family (the Meta-CV study's N_t, Table 4.2's m) and, where
-        a family is run at several values of one parameter, against it (its d, South's sigma2)."""
-        from zoo.runner.plots import metric_lines, parameter_lines
-
-        metrics = [("rmse", "RMSE over tasks"), ("abs_error", "mean |error| (95% CI)")]
-        return [*metric_lines(report, self.name, "samples", metrics, out, "integration",
-                              log_x=True, log_y=True, errors={"abs_error": "ci95"}),
-                *parameter_lines(report, self.name, metrics, out, "integration", log_y=True,
-                                 errors={"abs_error": "ci95"})]

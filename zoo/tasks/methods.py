@@ -1,6 +1,6 @@
-"""The base classes of the methods of the task kinds other than classification (whose methods
-derive from :class:`zoo.Method`): :class:`TaskMethod`, and per kind :class:`RegressionMethod`,
-:class:`StreamMethod` and :class:`IntegrationMethod`.
+"""The bases of the methods of the task kinds other than classification, one per kind on the
+base of every method, :class:`zoo.method.BaseMethod` (classification's is :class:`zoo.Method`):
+:class:`RegressionMethod`, :class:`StreamMethod` and :class:`IntegrationMethod`.
 
 They live apart from their kinds' modules (:mod:`zoo.tasks.regression`, ...), which say what an
 episode is and how a prediction is scored and summarised, so that reading results (``zoo
@@ -10,51 +10,19 @@ report``) needs no torch.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from zoo.errors import ZooError
-from zoo.hparams import Configurable, HParam, resolve_hparams
+from zoo.method import BaseMethod
 from zoo.tasks.integration import IntegralEstimate, IntegrationEpisode, IntegrationProblem
 from zoo.tasks.regression import RegressionEpisode, RegressionPrediction
 from zoo.tasks.sequential import Stream
 
 
-class TaskMethod(Configurable, nn.Module):
-    """Base of a method of a non-classification task kind.
-
-    Class attributes: ``name`` (registered name), ``task`` (the kind it solves),
-    ``hyperparameters`` (declared as for :class:`zoo.Method`; ``--set`` overrides exactly these);
-    ``meta_loss_name``, ``inner_objective_name``, ``inner_objective_better`` as for
-    :class:`zoo.Method`.
-    """
-
-    task: ClassVar[str]
-    hyperparameters: ClassVar[Mapping[str, HParam | Any]] = {
-        "lr": HParam(1e-3, gt=0, doc="Adam learning rate of the method's parameters"),
-    }
-    uses_kernel: ClassVar[bool] = False
-    default_kernel: ClassVar[str | None] = None
-    default_backbone: ClassVar[str | None] = None
-    meta_loss_name: ClassVar[str] = ""
-    inner_objective_name: ClassVar[str] = ""
-    inner_objective_better: ClassVar[str | None] = "lower"
-
-    def __init__(self, **hparams: Any):
-        super().__init__()
-        self.hparams = resolve_hparams(type(self), hparams)
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        return [{"params": [p for p in self.parameters() if p.requires_grad],
-                 "lr": self.hparams["lr"]}]
-
-    def counters(self) -> dict[str, int]:
-        return {}
-
-
-class RegressionMethod(TaskMethod):
+class RegressionMethod(BaseMethod):
     """Base of a regression method, built as ``cls(x_dim=..., y_dim=..., **hparams)``."""
 
     task = "regression"
@@ -86,7 +54,7 @@ class RegressionMethod(TaskMethod):
         return None
 
 
-class StreamMethod(TaskMethod):
+class StreamMethod(BaseMethod):
     """Base of a sequential method, built as ``cls(dim=..., classes=..., **hparams)``; a state is
     whatever the method likes (tensors, a tuple), passed back to it."""
 
@@ -114,7 +82,7 @@ class StreamMethod(TaskMethod):
         """Class probabilities ``[n, classes]`` for ``x [n, dim]``."""
 
 
-class IntegrationMethod(TaskMethod):
+class IntegrationMethod(BaseMethod):
     """Base of an integration method, built as ``cls(dim=..., **hparams)``. A method whose fit
     batches over tasks sets ``batched`` and implements :meth:`estimate_batch`; the runner then
     estimates a cell's test problems together before asking for them one by one."""
@@ -137,7 +105,7 @@ class IntegrationMethod(TaskMethod):
         return [self.estimate(p) for p in problems]
 
     def prepare(self, problems: Sequence[IntegrationProblem]) -> None:
-        """IntegralEstimate ``problems`` together (``batched`` methods) and keep the estimates until
+        """Estimate ``problems`` together (``batched`` methods) and keep the estimates until
         :meth:`prepared` hands each out once; replaces what an earlier call kept."""
         self._prepared = {}
         if self.batched and problems:

@@ -40,7 +40,8 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task
+from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
+from zoo.tasks.figures import MetricLines
 
 if TYPE_CHECKING:
     import torch
@@ -130,22 +131,9 @@ def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: i
                                                "task": index % pool, "order": order.tolist()})
 
 
-class Regression(Task):
-    """Meta-regression: context/target sets of functions from a family; LMLHD, MSE, CRPS."""
+class RegressionView(TaskView):
+    """How regression results are shown."""
 
-    name = "regression"
-    method_base = "zoo.tasks.methods:RegressionMethod"
-    data_base = "zoo.data.functions:FunctionFamily"
-    data_what = "a function family"
-    data_example = "sinusoid or gp-rbf"
-    settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
-                                          "train_targets": 16, "train_max_context": 15,
-                                          "train_tasks": 0, "bound_samples": 0,
-                                          "train_datasets": ["sinusoid"]}
-    train_keys = ("train_targets", "train_max_context", "train_tasks")
-    column_keys = ("targets", "context")
-    selection_key = "val_lmlhd"
-    headline = "lmlhd"
     paired_key = "lmlhd"
     digits = 2
     table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
@@ -174,6 +162,44 @@ class Regression(Task):
         ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
                      help="wall-clock milliseconds to adapt and predict one test episode"),
     )
+    figures = (MetricLines("context", (("lmlhd_median", "LMLHD (median over tasks)"),
+                                       ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
+                                       ("coverage90", "90% interval coverage")), "regression"),)
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        """Median LMLHD [5%, 95%] over tasks (over seeds' medians when several seeds are pooled),
+        median MSE, and the median ELBO looseness where measured."""
+        over = "lmlhd_seeds" if row.get("seeds_pooled", 1) > 1 else "lmlhd"
+        text = (f"{row[f'{over}_median']:.1f} [{row[f'{over}_p05']:.1f}, "
+                f"{row[f'{over}_p95']:.1f}], MSE {row['mse_median']:.3g}")
+        if "looseness_median" in row:
+            text += f", loose {row['looseness_median']:.2g}"
+        return text
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "
+                f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
+                f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
+                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+
+
+class Regression(Task):
+    """Meta-regression: context/target sets of functions from a family; LMLHD, MSE, CRPS."""
+
+    name = "regression"
+    view = RegressionView()
+    method_base = "zoo.tasks.methods:RegressionMethod"
+    data_base = "zoo.data.functions:FunctionFamily"
+    data_what = "a function family"
+    data_example = "sinusoid or gp-rbf"
+    settings: ClassVar[dict[str, Any]] = {"context_sizes": [0, 1, 2, 4, 8, 16], "targets": 64,
+                                          "train_targets": 16, "train_max_context": 15,
+                                          "train_tasks": 0, "bound_samples": 0,
+                                          "train_datasets": ["sinusoid"]}
+    train_keys = ("train_targets", "train_max_context", "train_tasks")
+    column_keys = ("targets", "context")
+    selection_key = "val_lmlhd"
+    headline = "lmlhd"
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         sizes, targets = list(s["context_sizes"]), int(s["targets"])
@@ -301,27 +327,3 @@ class Regression(Task):
 
     def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
         return float(np.mean([r["lmlhd"] for r in records]))
-
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        """Median LMLHD [5%, 95%] over tasks (over seeds' medians when several seeds are pooled),
-        median MSE, and the median ELBO looseness where measured."""
-        over = "lmlhd_seeds" if row.get("seeds_pooled", 1) > 1 else "lmlhd"
-        text = (f"{row[f'{over}_median']:.1f} [{row[f'{over}_p05']:.1f}, "
-                f"{row[f'{over}_p95']:.1f}], MSE {row['mse_median']:.3g}")
-        if "looseness_median" in row:
-            text += f", loose {row['looseness_median']:.2g}"
-        return text
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "
-                f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
-                f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
-
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import metric_lines
-
-        return metric_lines(report, self.name, "context",
-                            [("lmlhd_median", "LMLHD (median over tasks)"),
-                             ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
-                             ("coverage90", "90% interval coverage")], out, "regression")

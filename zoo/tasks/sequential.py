@@ -28,8 +28,10 @@ from zoo.tasks.base import (
     ReportMetric,
     Shape,
     Task,
+    TaskView,
     probabilities_problem,
 )
+from zoo.tasks.figures import CurveGrid
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -65,22 +67,9 @@ class StreamPrediction:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-class Sequential(Task):
-    """Online classification on a stream seen once: NLPD, error and ECE along the stream."""
+class SequentialView(TaskView):
+    """How sequential results are shown."""
 
-    name = "sequential"
-    method_base = "zoo.tasks.methods:StreamMethod"
-    data_base = "zoo.data.streams:StreamData"
-    data_what = "a stream data set"
-    data_example = "digits-stream"
-    settings: ClassVar[dict[str, Any]] = {"stream_length": 1000,
-                                          "eval_steps": [10, 30, 100, 300, 1000],
-                                          "train_datasets": ["digits-stream"],
-                                          "train_episodes": 0, "val_episodes": 0,
-                                          "test_episodes": 5}
-    column_keys = ("stream_length",)
-    selection_key = "val_neg_nlpd"
-    headline = "final_nlpd"
     paired_key = "final_nlpd"
     table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
                   "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
@@ -95,6 +84,38 @@ class Sequential(Task):
         ReportMetric("update_ms", "ms per update", None, 1, 2, None,
                      "wall-clock milliseconds of one update, mean"),
     )
+    figures = (CurveGrid(rows=(("step", "examples seen"),
+                               ("update_seconds", "wall time of the updates (s)")),
+                         columns=(("nlpd", "held-out NLPD"), ("error", "held-out error")),
+                         name="sequential", x_scale="symlog"),)
+
+    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
+        pm = r"$\pm$" if latex else "±"
+        pct = r"\%" if latex else "%"
+        return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, error "
+                f"{100 * row['final_error']:.1f}{pct}, {row['update_ms']:.2f} ms/update")
+
+    def done_line(self, r: Mapping[str, Any]) -> str:
+        return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
+
+
+class Sequential(Task):
+    """Online classification on a stream seen once: NLPD, error and ECE along the stream."""
+
+    name = "sequential"
+    view = SequentialView()
+    method_base = "zoo.tasks.methods:StreamMethod"
+    data_base = "zoo.data.streams:StreamData"
+    data_what = "a stream data set"
+    data_example = "digits-stream"
+    settings: ClassVar[dict[str, Any]] = {"stream_length": 1000,
+                                          "eval_steps": [10, 30, 100, 300, 1000],
+                                          "train_datasets": ["digits-stream"],
+                                          "train_episodes": 0, "val_episodes": 0,
+                                          "test_episodes": 5}
+    column_keys = ("stream_length",)
+    selection_key = "val_neg_nlpd"
+    headline = "final_nlpd"
 
     def shapes(self, s: Mapping[str, Any]) -> list[dict[str, Any]]:
         length, steps = int(s["stream_length"]), sorted({int(t) for t in s["eval_steps"]})
@@ -215,39 +236,3 @@ class Sequential(Task):
 
     def selection_value(self, records: Sequence[Mapping[str, Any]]) -> float:
         return -float(np.mean([r["final_nlpd"] for r in records]))
-
-    def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
-        pm = r"$\pm$" if latex else "±"
-        pct = r"\%" if latex else "%"
-        return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, error "
-                f"{100 * row['final_error']:.1f}{pct}, {row['update_ms']:.2f} ms/update")
-
-    def done_line(self, r: Mapping[str, Any]) -> str:
-        return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
-
-    def draw(self, report: Any, out: Any) -> list:
-        from zoo.runner.plots import legend_outside, method_styles, pyplot, save, slug
-
-        plt = pyplot()
-        styles = method_styles(report.methods)
-        written = []
-        for s in [s for s in report.settings if s[0] == self.name]:
-            fig, axes = plt.subplots(2, 2, figsize=(8, 6.3), layout="constrained")
-            for m in report.methods:
-                entry = report.entries.get((m, s))
-                if entry is None or not entry.results:
-                    continue
-                curve = entry.summary()["curve"]
-                for row, x_key in zip(axes, ("step", "update_seconds")):
-                    if x_key not in curve[0]:
-                        continue
-                    for ax, key in zip(row, ("nlpd", "error")):
-                        ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
-                                **styles[m])
-            for row, x_label in zip(axes, ("examples seen", "wall time of the updates (s)")):
-                for ax, key in zip(row, ("held-out NLPD", "held-out error")):
-                    ax.set(xlabel=x_label, ylabel=key, xscale="symlog")
-            legend_outside(fig, axes[0, 0])
-            fig.suptitle(f"sequential: {report.label(s)}")
-            written.append(save(fig, out / f"sequential-{slug(report.label(s))}.png"))
-        return written

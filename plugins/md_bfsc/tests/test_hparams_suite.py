@@ -13,6 +13,7 @@ import pytest
 import torch
 from zoo_md_bfsc.method import MDBFSC
 
+from zoo import registry
 from zoo.kernels import CosineKernel, PolynomialKernel, RBFKernel
 from zoo.runner import Results, expand_cells, load_suite, prepare_suite, run_suite
 
@@ -33,9 +34,9 @@ def _one_thread():
 
 
 def test_one_factor_at_a_time_around_the_paper_defaults():
-    suite, methods = prepare_suite("md-hparams")
+    suite, methods = prepare_suite("md-hparams", registry=registry())
     assert methods == ["md-bfsc"]
-    cells = expand_cells(suite, methods)
+    cells = expand_cells(suite, methods, registry=registry())
     assert {c.variant for c in cells} == set(ROWS) and {c.shape["shot"] for c in cells} == {1, 5}
     assert len(cells) == 2 * len(ROWS)
     for c in cells:
@@ -50,17 +51,18 @@ def test_one_factor_at_a_time_around_the_paper_defaults():
 
 
 def test_paper_protocol_is_the_same_study_on_cub():
-    quick, paper = load_suite("md-hparams"), load_suite("md-hparams-paper")
+    quick = load_suite("md-hparams", registry=registry())
+    paper = load_suite("md-hparams-paper", registry=registry())
     assert paper.parts == quick.parts
     s = paper.settings
     assert (s["train_datasets"], s["backbone"], s["requires"]) == (["cub"], "conv4", ["cuda"])
     assert (s["test_episodes"], s["seeds"], s["train_episodes"]) == (
         600, [0, 1, 2, 3, 4], {"1": 60000, "5": 40000})
-    cells = expand_cells(paper, ["md-bfsc"])
+    cells = expand_cells(paper, ["md-bfsc"], registry=registry())
     assert len(cells) == 2 * 5 * len(ROWS)
     # any registered data set through --set
-    digits, _ = prepare_suite("md-hparams", ["train_datasets=digits", "shots=1"])
-    assert {c.dataset for c in expand_cells(digits, ["md-bfsc"])} == {"digits"}
+    digits, _ = prepare_suite("md-hparams", ["train_datasets=digits", "shots=1"], registry=registry())
+    assert {c.dataset for c in expand_cells(digits, ["md-bfsc"], registry=registry())} == {"digits"}
 
 
 TINY = ["ways=2", "shots=1", "query=2", "train_query=2", "train_episodes=2", "val_episodes=1",
@@ -70,9 +72,9 @@ KEPT = ("rho_train=0.01", "kernel=POL2", "kernel=RBF", "kernel=COS", "steps_trai
 
 
 def tiny_study():
-    suite = load_suite("md-hparams")
+    suite = load_suite("md-hparams", registry=registry())
     suite = dataclasses.replace(suite, parts=[p for p in suite.parts if p["variant"] in KEPT])
-    return prepare_suite(suite, TINY)[0]
+    return prepare_suite(suite, TINY, registry=registry())[0]
 
 
 def test_tiny_study_end_to_end_and_resume(tmp_path: Path, monkeypatch):

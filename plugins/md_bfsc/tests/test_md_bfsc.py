@@ -408,7 +408,7 @@ def test_early_stop_keeps_the_full_loops_answer(kernel, way, shot, seed):
     ``steps_test`` steps predict, to 1e-5 in every probability, in fewer steps; its ELBO trace
     keeps the full length."""
     method = build_method("md-bfsc", way=way, in_channels=1, image_size=28, backbone="conv4s",
-                          seed=seed, kernel=kernel).eval()
+                          seed=seed, kernel=kernel, registry=registry()).eval()
     h = method.hparams
     ep = toy_episode(way, shot, query=6, seed=seed)
     with torch.no_grad():

@@ -43,7 +43,15 @@ from typing import Any
 import tomllib
 import torch
 
-from zoo import EpisodeSampler, NumericalError, atomic_write_json, build_method, load_dataset, parse_spec
+from zoo import (
+    EpisodeSampler,
+    NumericalError,
+    atomic_write_json,
+    build_method,
+    load_dataset,
+    parse_spec,
+    registry,
+)
 from zoo.metrics import mean_ci, paired_difference
 from zoo_md_bfsc.method import MDBFSC
 
@@ -101,7 +109,7 @@ def run(out_dir: Path, data_dir: Any = None, device: str = "cpu",
     name, options = parse_spec(cfg["dataset"])
     ds = load_dataset(name, data_dir=data_dir, **options)
     build = {"way": cfg["way"], "in_channels": ds.in_channels, "image_size": ds.image_size,
-             "seed": cfg["seed"]}
+             "seed": cfg["seed"], "registry": registry()}  # an entry: the process's plugins
     result: dict[str, Any] = {"inner": {v: {} for v in VARIANTS}, "inner_best": {v: {} for v in VARIANTS},
                               "inner_rho": dict.fromkeys(VARIANTS, cfg["common_rho"]),
                               "outer": {"md": {}, "gd": {}}, "outer_val": {"md": {}, "gd": {}},

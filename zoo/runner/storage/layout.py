@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -25,10 +26,12 @@ from zoo.errors import ZooError
 from zoo.runner.cells import config_hash
 from zoo.runner.storage.jsonl import ResultsFolderError, read_json, read_jsonl
 
-VERSION = 2
+VERSION = 3
 """The results format. Version 2 names every cell by its whole resolved configuration (version 1
 left some keys out where they had their default value), so a version-1 folder's hashes name no
-cell of this zoo."""
+cell of this zoo. Version 3 adds the zoo core's code to a cell's identity, the cell's hash to
+each of its episode records and the digest of its records to its result (so a record file or a
+result copied from another cell is recognised)."""
 FORMAT = {"format": "zoo-results", "version": VERSION}
 MARKER = "zoo-results.json"
 LOCK, WRITER = "writer.lock", "writer.json"
@@ -126,6 +129,13 @@ def check_runs(root: Path, keep: dict[tuple[str, str], Any] | None = None
                     raise ResultsFolderError(Path(run, file), "is not a file the runner writes")
             if "config.json" not in listed:
                 continue
+            if kind == "cells" and "done" in listed:
+                for file in ("result.json", "episodes.jsonl"):
+                    if file not in listed:
+                        raise ResultsFolderError(
+                            Path(run, file), "is missing, though the cell is marked done; delete "
+                            "the cell's folder to compute the cell again")
+            result = None
             for file in READ:
                 if file not in listed:
                     continue
@@ -133,11 +143,52 @@ def check_runs(root: Path, keep: dict[tuple[str, str], Any] | None = None
                 content = read_jsonl(path) if file.endswith(".jsonl") else read_json(path)
                 if file == "config.json":
                     problem = _config_problem(content, name, kind)
-                    if problem is not None:
-                        raise ResultsFolderError(Path(path), problem)
-                elif file in kept:
+                elif file == "result.json" and kind == "cells":
+                    result, problem = content, _result_problem(content, name)
+                elif file == "episodes.jsonl":
+                    problem = _records_problem(content, name, path, result)
+                else:
+                    problem = None
+                if problem is not None:
+                    raise ResultsFolderError(Path(path), problem)
+                if file in kept:
                     keep[(name, file)] = content  # type: ignore[index]
     return listing
+
+
+def records_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of an ``episodes.jsonl`` as it is on the disk (its result records it)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _result_problem(result: Any, name: str) -> str | None:
+    """What is wrong with the result.json of cell ``name`` (one copied from another cell), or None."""
+    if not isinstance(result, dict) or not isinstance(result.get("config_hash"), str):
+        return "is not a cell's result (no config_hash)"
+    if result["config_hash"] != name:
+        return (f"is the result of cell {result['config_hash']}, not of the cell it is in (copied "
+                "from another cell?); delete this cell's folder to compute it again")
+    return None
+
+
+def _records_problem(records: list[dict[str, Any]], name: str, path: str,
+                     result: dict[str, Any] | None) -> str | None:
+    """What is wrong with the episode records of cell ``name``: a record of another cell (each
+    names its cell), episodes out of order or missing (each has its index, from 0), or records
+    other than those its result was computed from (their digest); None if nothing."""
+    for number, record in enumerate(records, 1):
+        if record.get("cell") != name:
+            return (f"line {number} is a record of cell {record.get('cell')}, not of the cell it "
+                    "is in (copied from another cell?); delete this cell's folder to compute it "
+                    "again")
+        if record.get("index") != number - 1:
+            return (f"line {number} is the record of episode {record.get('index')}, not of episode "
+                    f"{number - 1}; delete this cell's folder to compute it again")
+    if result is not None and result.get("records_sha256") != records_digest(path):
+        return ("is not the records the cell's result.json was computed from (changed since); "
+                "delete this cell's folder to compute it again")
+    return None
 
 
 def _config_problem(config: Any, name: str, kind: str) -> str | None:
