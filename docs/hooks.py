@@ -165,7 +165,7 @@ def shared_hparams(package: str) -> str:
         for key in cls.all_hparams():
             home = next(k for k in cls.__mro__ if key in vars(k).get("hyperparameters", {}))
             if not home.__module__.startswith(package):
-                origin.setdefault(key, home.__name__)
+                origin.setdefault(key, _public_name(home))
     if not origin:
         return "Every hyper-parameter below is the family's own."
     by_class: dict[str, list[str]] = {}
@@ -174,6 +174,19 @@ def shared_hparams(package: str) -> str:
     return ("Shared hyper-parameters (marked \"(shared)\" below) come from the base classes: "
             + "; ".join(f"{', '.join(keys)} from `{home}`" for home, keys in by_class.items())
             + ".")
+
+
+def _public_name(cls: type) -> str:
+    """``cls`` as the public API names it (``zoo.BaseMethod``, ``zoo.families.GPMethod``)."""
+    import importlib
+
+    import zoo
+
+    for module in ("zoo", *zoo.PUBLIC_MODULES):
+        if getattr(importlib.import_module(module), cls.__name__, None) is cls \
+                and cls.__name__ in importlib.import_module(module).__all__:
+            return f"{module}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def settings_tables() -> str:

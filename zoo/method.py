@@ -47,7 +47,10 @@ class BaseMethod(Configurable, nn.Module):
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
         uses_kernel / default_kernel / default_backbone: what is built with the method (by
-            :func:`build_method` for classification).
+            :func:`build_method` for classification). ``default_kernel`` is a registered
+            kernel's name, used when neither the suite's ``kernel`` nor the method's own
+            (``--set NAME.kernel=...``) names one; the kernel gets ``batch_shape=(way,)`` when the
+            method's ``per_class_kernel`` hyper-parameter is true, else ``()``.
         meta_loss_name / inner_objective_name / inner_objective_better: what ``meta_loss``
             returns and what a prediction's ``extras["inner_objective"]`` holds per inner step, in
             words, and whether that objective is better ``"lower"`` or ``"higher"`` (``None``: a
