@@ -189,8 +189,9 @@ class Classification(Task):
         if (first.way, first.shot) != (way, shot):
             raise EpisodeError(
                 f"data set {dataset.name!r} is scored on fixed {first.way}-way {first.shot}-shot "
-                f"episodes, but the model is {way}-way {shot}-shot: use --way {first.way} "
-                f"--shot {first.shot}")
+                f"episodes, but the model is {way}-way {shot}-shot: use way {first.way} and shot "
+                f"{first.shot} (zoo bench: --set ways={first.way} --set shots={first.shot}; zoo "
+                f"train and zoo evaluate: --way {first.way} --shot {first.shot})")
         device = dataset.device
         return len(fixed), lambda i: fixed[i].to(device)
 
