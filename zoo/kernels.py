@@ -8,6 +8,7 @@ Positive hyper-parameters are stored as softplus pre-images.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,12 +16,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from zoo.errors import HyperParameterError
+
 __all__ = ["BUILTIN", "BNCosineKernel", "CosineKernel", "Kernel", "LinearKernel", "MaternKernel",
            "PolynomialKernel", "RBFKernel"]
 
 
 def _inv_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))
+
+
+def _option(kernel: str, name: str, value: object, smallest: float = 0.0,
+            whole: bool = False) -> None:
+    """Refuse a kernel option that is not a number > ``smallest`` (an int where ``whole``)."""
+    kind_ = numbers.Integral if whole else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind_) or not value > smallest:
+        kind = "a whole number" if whole else "a number"
+        raise HyperParameterError(f"kernel {kernel!r}: option {name}={value!r} must be {kind} > "
+                                  f"{smallest:g}")
 
 
 class Kernel(nn.Module):
@@ -36,6 +49,7 @@ class Kernel(nn.Module):
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), outputscale: float = 1.0,
                  learn_outputscale: bool = True):
         super().__init__()
+        _option(type(self).__name__, "outputscale", outputscale)
         self.feature_dim, self.batch_shape = feature_dim, torch.Size(batch_shape)
         raw = torch.full(self.batch_shape, _inv_softplus(outputscale))
         self.raw_outputscale = nn.Parameter(raw, requires_grad=learn_outputscale)
@@ -145,6 +159,7 @@ class BNCosineKernel(CosineKernel):
 class RBFKernel(Kernel):
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), lengthscale: float = 1.0,
                  **options):
+        _option(type(self).__name__, "lengthscale", lengthscale)
         super().__init__(feature_dim, batch_shape, **options)
         self.raw_lengthscale = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(lengthscale)))
 
@@ -190,6 +205,8 @@ class PolynomialKernel(Kernel):
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), order: int = 2,
                  offset: float = 1.0, normalize: bool = False, **options):
+        _option("polynomial", "order", order, 0, whole=True)
+        _option("polynomial", "offset", offset)
         super().__init__(feature_dim, batch_shape, **options)
         self.order, self.normalize = int(order), normalize
         self.raw_offset = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(offset)))
