@@ -1,11 +1,13 @@
 """Conformance checks every registered component must pass, and small fixtures, importable by
 plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 
-- :func:`check_method`: probabilities of shape ``[Q, way]`` that sum to one; the same
-  probabilities for the same episode whatever the global RNG state; a finite ``meta_loss`` whose
-  gradient reaches the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes; and, for a
-  method that declares it scores any way (:meth:`zoo.Method.scores_any_way`), 20-way episodes
-  scored by a model built 2-way.
+- :func:`check_method`: probabilities of shape ``[Q, way]`` that sum to one, predicted from the
+  episode without its query labels (as the runner asks); the same probabilities for the same
+  episode whatever the global RNG state; shuffled queries give the predictions shuffled alike
+  (unless the method declares ``transductive``); a finite ``meta_loss`` whose gradient reaches
+  the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes; and, for a method that
+  declares it scores any way (:meth:`zoo.Method.scores_any_way`), 20-way episodes scored by a
+  model built 2-way.
 - :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` equal to its
   diagonal, per-class batching, gradients that reach the kernel's parameters and the features.
 - :func:`check_dataset`: disjoint splits, class sizes, what ``gather`` returns, episodes that are
