@@ -20,10 +20,20 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from zoo.errors import HyperParameterError
+
 __all__ = ["BUILTIN", "MLP", "Backbone", "ConvNet", "MaxPool2x2", "ResNet", "conv4", "conv4s", "mlp",
            "resnet10", "resnet18", "use_batch_statistics"]
 
 EVAL_CHUNK_BYTES = 16 * 2**20  # the best of the budgets measured for conv4 and conv4s (the card)
+
+
+def _sizes(backbone: str, name: str, values: Sequence[object]) -> None:
+    """Refuse a size option (a width, a depth, a hidden layer) that is not a whole number >= 1."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise HyperParameterError(f"backbone {backbone!r}: option {name}={value!r} must be a "
+                                      "whole number >= 1")
 
 
 class Backbone(nn.Module):
@@ -60,6 +70,8 @@ class ConvNet(Backbone):
     """
 
     def __init__(self, in_channels: int, image_size: int, depth: int = 4, width: int = 64):
+        _sizes("conv", "depth", [depth])
+        _sizes("conv", "width", [width])
         super().__init__()
         layers: list[nn.Module] = []
         for i in range(depth):
@@ -122,6 +134,7 @@ class ResNet(Backbone):
 
 class MLP(Backbone):
     def __init__(self, in_channels: int, image_size: int, hidden: Sequence[int] = (256, 128)):
+        _sizes("mlp", "hidden", [hidden] if isinstance(hidden, int) else list(hidden))
         super().__init__()
         dims = [in_channels * image_size * image_size, *hidden]
         layers: list[nn.Module] = [nn.Flatten()]

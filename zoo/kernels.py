@@ -8,12 +8,15 @@ Positive hyper-parameters are stored as softplus pre-images.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from zoo.errors import HyperParameterError
 
 __all__ = ["BUILTIN", "BNCosineKernel", "CosineKernel", "Kernel", "LinearKernel", "MaternKernel",
            "PolynomialKernel", "RBFKernel"]
@@ -23,12 +26,23 @@ def _inv_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))
 
 
+def _option(kernel: str, name: str, value: object, smallest: float = 0.0,
+            whole: bool = False) -> None:
+    """Refuse a kernel option that is not a number > ``smallest`` (an int where ``whole``)."""
+    kind_ = numbers.Integral if whole else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind_) or not value > smallest:
+        kind = "a whole number" if whole else "a number"
+        raise HyperParameterError(f"kernel {kernel!r}: option {name}={value!r} must be {kind} > "
+                                  f"{smallest:g}")
+
+
 class Kernel(nn.Module):
     """``k(x1, x2) = outputscale * base(x1, x2)``; subclasses define ``base`` and its diagonal."""
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), outputscale: float = 1.0,
                  learn_outputscale: bool = True):
         super().__init__()
+        _option(type(self).__name__, "outputscale", outputscale)
         self.feature_dim, self.batch_shape = feature_dim, torch.Size(batch_shape)
         raw = torch.full(self.batch_shape, _inv_softplus(outputscale))
         self.raw_outputscale = nn.Parameter(raw, requires_grad=learn_outputscale)
@@ -130,6 +144,7 @@ class BNCosineKernel(CosineKernel):
 class RBFKernel(Kernel):
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), lengthscale: float = 1.0,
                  **options):
+        _option(type(self).__name__, "lengthscale", lengthscale)
         super().__init__(feature_dim, batch_shape, **options)
         self.raw_lengthscale = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(lengthscale)))
 
@@ -175,6 +190,8 @@ class PolynomialKernel(Kernel):
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), order: int = 2,
                  offset: float = 1.0, normalize: bool = False, **options):
+        _option("polynomial", "order", order, 0, whole=True)
+        _option("polynomial", "offset", offset)
         super().__init__(feature_dim, batch_shape, **options)
         self.order, self.normalize = int(order), normalize
         self.raw_offset = nn.Parameter(torch.full(self.batch_shape, _inv_softplus(offset)))

@@ -32,12 +32,18 @@ def parse_list(text: str) -> Any:
     value = parse_value(text)
     if not isinstance(value, str):
         return value
+    if text.strip().startswith("["):
+        raise SpecError(f"{text!r} is not a TOML list; write e.g. [1, 5] (or 1,5)")
     items, depth, start = [], 0, 0
     for i, char in enumerate(text + ","):
         depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0:
+            break
         if char == "," and depth == 0:
             items.append(text[start:i].strip())
             start = i + 1
+    if depth != 0:
+        raise SpecError(f"{text!r}: its brackets [ ] do not pair up")
     return [parse_value(item) for item in items if item]
 
 

@@ -85,7 +85,7 @@ def test_an_integer_is_accepted_for_a_float_setting():
 @pytest.mark.parametrize("assignment, listed", [
     ("nonsense=1", "train_episodes"),          # neither a setting nor a hyper-parameter
     ("protonet.nonsense=1", "lr"),
-    ("train_episodes=many", "int"),
+    ("train_episodes=many", "whole number"),
     ("no-equals-sign", "KEY=VALUE"),
 ])
 def test_set_rejects_unknown_keys_listing_choices(assignment, listed):

@@ -36,8 +36,15 @@ def test_each_records_file_is_parsed_once(folder, monkeypatch):
         parsed.append(Path(path))
         return read(path)
 
+    appended = results_module.read_appended
+
+    def counting_appended(path: Path):
+        parsed.append(Path(path))
+        return appended(path)
+
     for module in (layout, results_module):
         monkeypatch.setattr(module, "read_jsonl", counting)
+    monkeypatch.setattr(results_module, "read_appended", counting_appended)
     write_report(folder, plots=False)
     episodes = [p for p in parsed if p.name == "episodes.jsonl"]
     assert len(episodes) == len(set(episodes)) == len(list(folder.glob("cells/*/episodes.jsonl")))

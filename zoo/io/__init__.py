@@ -2,15 +2,18 @@
 loading of tensor files (:mod:`.checkpoint`)."""
 
 from zoo.io.atomic import (
+    NoSpaceError,
     atomic_save,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    saying_no_space,
     sync_to_disk,
     write_marker,
 )
 from zoo.io.checkpoint import load_checkpoint
 from zoo.io.json_codec import json_line, json_record
 
-__all__ = ["atomic_save", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
-           "json_line", "json_record", "load_checkpoint", "sync_to_disk", "write_marker"]
+__all__ = ["NoSpaceError", "atomic_save", "atomic_write_bytes", "atomic_write_json",
+           "atomic_write_text", "json_line", "json_record", "load_checkpoint", "saying_no_space",
+           "sync_to_disk", "write_marker"]

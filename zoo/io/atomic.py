@@ -9,26 +9,64 @@ more for a group of 1 to 16 small cells, side by side on ext4.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from zoo.errors import ZooError
+
+
+class NoSpaceError(ZooError):
+    """A write that failed because its file system is full (or the user's quota is spent)."""
+
+
+def mount_point(path: str | os.PathLike) -> Path:
+    """The mount point of the file system holding ``path`` (or its nearest existing parent)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    device = path.stat().st_dev
+    while path != path.parent and path.parent.stat().st_dev == device:
+        path = path.parent
+    return path
+
+
+@contextmanager
+def saying_no_space(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a write's "no space left" (``ENOSPC``, ``EDQUOT``) into :class:`NoSpaceError`
+    naming the file system and ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, NoSpaceError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        what = "no space left" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        raise NoSpaceError(f"{what} on the file system at {mount_point(path)} "
+                           f"(writing {path}); free space there, or write to another folder "
+                           "(--out), then run the same command again: finished work is kept"
+                           ) from None
 
 
 def _atomic(path: str | os.PathLike, write: Callable[[IO], None], mode: str = "w") -> Path:
     """Write through ``.NAME.PID_THREAD.tmp`` beside ``path``, then rename it over ``path``. The
     temporary name is this thread's own, so no random name is drawn and checked per file (half
-    the cost of a small file); the folder is made when it is missing."""
+    the cost of a small file); the folder is made when it is missing. A full disk is an error
+    that says so (:class:`NoSpaceError`), the temporary file removed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}_{threading.get_ident()}.tmp")
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(tmp, mode) as f:
-            write(f)
-        os.replace(tmp, path)
+        with saying_no_space(path):
+            if not path.parent.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, mode) as f:
+                write(f)
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -52,7 +90,8 @@ def write_marker(path: str | os.PathLike) -> Path:
     """Create the empty file ``path`` (a ``done`` marker). Its creation is atomic by itself: no
     temporary file and rename, which cost as much again."""
     path = Path(path)
-    path.touch()
+    with saying_no_space(path):
+        path.touch()
     return path
 
 
@@ -64,7 +103,12 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save`` made atomic."""
     import torch
 
-    return _atomic(path, lambda f: torch.save(obj, f), mode="wb")
+    def write(f: IO) -> None:  # into memory first: the file write then fails as an OSError
+        buffer = io.BytesIO()  # that names the full disk, not inside torch's zip writer
+        torch.save(obj, buffer)
+        f.write(buffer.getbuffer())
+
+    return _atomic(path, write, mode="wb")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -3,6 +3,7 @@ rest on an executor, record each finished cell's line, and write the report."""
 
 from __future__ import annotations
 
+import json
 import logging
 import pkgutil
 import sys
@@ -116,6 +117,35 @@ def check_requirements(suite: Suite, device: str, data_dir: str | None,
                                        + "\n  - ".join(missing))
 
 
+def check_cells_build(cells: Sequence[Cell], datasets: DatasetCache) -> None:
+    """Build the model of every training of ``cells`` once (on the CPU, its RNG left as it was),
+    so that an unknown or impossible backbone, kernel or estimator, or an option one of them
+    refuses, stops the suite before its first cell, naming the cell, instead of failing inside
+    each cell after others ran. Trainings that differ only in their seed build alike: one each."""
+    from zoo.runner.train import build_for_cell
+
+    built: set[str] = set()
+    for cell in cells:
+        key = json.dumps({k: v for k, v in cell.train_config().items() if k != "seed"},
+                         sort_keys=True, default=str)
+        if key in built:
+            continue
+        built.add(key)
+        try:
+            build_for_cell(cell, datasets.get(cell.train_dataset), "cpu", datasets.registry)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            what = str(exc) if isinstance(exc, ZooError) else f"{type(exc).__name__}: {exc}"
+            parts = [f"backbone {cell.backbone!r}" if cell.backbone else "",
+                     f"kernel {cell.kernel!r}" if cell.kernel else ""]
+            raise SuiteError(f"cell {cell.label} cannot be built "
+                             f"({', '.join(filter(None, parts)) or 'its hyper-parameters'}): "
+                             f"{what}; no cell was run. Fix the setting (zoo plugins -v lists "
+                             "every registered name, zoo methods --json the hyper-parameters)"
+                             ) from None
+
+
 def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Path:
     """A suite that runs a plugin-provided experiment function instead of cells."""
     spec = suite.settings["entry"]
@@ -172,6 +202,10 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
     # Ray tasks load their own data sets: the driver checks them on the CPU
     datasets = DatasetCache(data_dir, "cpu" if executor == "ray" else device, registry)
     check_requirements(suite, device, data_dir, datasets)
+    if not cells:
+        raise SuiteError(f"{suite.where} gives no cell to run for {', '.join(method_names)} "
+                         "(no method supports its shapes, or a list setting is empty)")
+    check_cells_build(cells, datasets)
     results = Results.open(out, replace_older=force)
     with results.writer():
         results.sync_results()

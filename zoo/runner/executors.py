@@ -37,6 +37,8 @@ from zoo.errors import ZooError
 from zoo.runner.cell import DatasetCache, Outcome, run_units
 from zoo.runner.cells import Cell
 from zoo.runner.malloc import VARIABLE, for_workers, worker_tunables
+from zoo.runner.reaper import reap_with_parent
+from zoo.runner.storage.layout import SHARED_PREFIX
 
 if TYPE_CHECKING:
     from zoo.plugins import Registry
@@ -50,9 +52,10 @@ MAX_GROUP = 256
 
 
 def shared_folder_marker(root: Path) -> Path:
-    """Leave a uniquely named file in the results folder, for :func:`run_unit_on_node`."""
+    """Leave a uniquely named file in the results folder, for :func:`run_unit_on_node` (only the
+    folder's writer does; one left by a killed driver is removed by the next writer)."""
     root.mkdir(parents=True, exist_ok=True)
-    marker = root / f".zoo-shared-{uuid.uuid4().hex}"
+    marker = root / f"{SHARED_PREFIX}{uuid.uuid4().hex}"
     marker.write_text(socket.gethostname())
     return marker
 
@@ -265,13 +268,20 @@ class RayExecutor:
                            "gives each unit a GPU of its own (CUDA_VISIBLE_DEVICES)")
         threads = self.threads
         started = not ray.is_initialized()
+        reaper = None
         if started:
             if self.address:
                 connect(ray, self.address)
             else:
-                # "local": a new Ray of our own, never a cluster some earlier `ray start` left
+                # "local": a new Ray of our own, never a cluster some earlier `ray start` left;
+                # its processes end with this one even when it is killed (zoo.runner.reaper)
+                import psutil
+
+                before = {p.pid for p in psutil.Process().children()}
                 ray.init(address="local", num_cpus=threads * self.workers,
                          include_dashboard=False, log_to_driver=True)
+                reaper = reap_with_parent([p.pid for p in psutil.Process().children()
+                                           if p.pid not in before])
         marker = shared_folder_marker(self.root)
         try:
             request = unit_resources(self.device, threads)
@@ -315,3 +325,6 @@ class RayExecutor:
             marker.unlink(missing_ok=True)
             if started:
                 ray.shutdown()
+            if reaper is not None:
+                reaper.terminate()
+                reaper.wait()

@@ -243,26 +243,52 @@ def _check_setting(key: str, value: Any, where: str, known: Mapping[str, Any]) -
                          f"are: {', '.join(sorted(known))}")
     default = SETTINGS.get(key, known[key])
     if isinstance(default, list) and isinstance(value, str) and key != "methods":
-        value = parse_list(value)
+        try:
+            value = parse_list(value)
+        except SpecError as exc:
+            raise SuiteError(f"{where}: setting {key}: {exc}") from None
     if isinstance(default, list) and not isinstance(value, list):
         value = [value]
     if key == "methods" and isinstance(value, str) and value != "*":
         value = [v.strip() for v in value.split(",") if v.strip()]
     if key == "train_episodes" and isinstance(value, Mapping):
-        return {str(k): int(v) for k, v in value.items()}
+        bad = [v for v in value.values() if not _is(v, int)]
+        if bad:
+            raise SuiteError(f"{where}: setting {key}={value!r}: each shot's count must be a "
+                             f"whole number, not {bad[0]!r}")
+        check_settings({key: dict(value)}, where)
+        return {str(k): v for k, v in value.items()}
     if key == "methods":
         ok = value == "*" or (isinstance(value, list) and all(isinstance(v, str) for v in value))
-    elif isinstance(default, bool) or isinstance(value, bool):
-        ok = isinstance(value, bool) and isinstance(default, bool)
-    elif isinstance(default, float) and isinstance(value, int):
+    elif isinstance(default, list):
+        kind = type(default[0]) if default else str  # an empty default lists names
+        bad = [v for v in value if not _is(v, kind)]
+        if bad:
+            raise SuiteError(f"{where}: setting {key}={value!r}: {bad[0]!r} is not "
+                             f"{_KINDS.get(kind, kind.__name__)}, as each item must be "
+                             f"(default {default!r})")
+        if default and not value:
+            raise SuiteError(f"{where}: setting {key} = []: give at least one value (default "
+                             f"{default!r}); an empty list leaves the suite without cells")
+        ok = True
+    elif isinstance(default, float) and _is(value, int):
         value, ok = float(value), True
     else:
-        ok = isinstance(value, type(default))
+        ok = _is(value, type(default))
     if not ok:
-        raise SuiteError(f"{where}: setting {key}={value!r} must be a {type(default).__name__} "
-                         f"like its default {default!r}")
+        kind = _KINDS.get(type(default), f"a {type(default).__name__}")
+        raise SuiteError(f"{where}: setting {key}={value!r} must be {kind} like its default "
+                         f"{default!r}")
     check_settings({key: value}, where)
     return value
+
+
+_KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _is(value: Any, kind: type) -> bool:
+    """Whether ``value`` is a ``kind``, a bool counting only as a bool (not as the int 1)."""
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
 def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[str],

@@ -32,9 +32,18 @@ MINIMUM: dict[str, tuple[int, str]] = {
     "test_episodes": (1, "test episodes"),
     "checkpoint_every": (1, "training episodes between checkpoints"),
     "max_bad_steps": (1, "non-finite steps in a row before training stops"),
+    "seeds": (0, "seeds"),
     "workers": (1, "cells run at once"),
 }
 
+
+MAXIMUM: dict[str, int] = {
+    "train_episodes": 10**8, "val_episodes": 10**8, "test_episodes": 10**8,
+    "seeds": 2**64 - 1,
+}
+"""The largest values allowed: a hundred million episodes is over a day at a millisecond an
+episode (the smallest cells take several), and the per-episode records of a test alone would be
+about 10 GB; a seed has at most 64 bits, the most ``torch.manual_seed`` takes."""
 
 FRACTIONS: dict[str, str] = {
     "max_skipped_fraction": "the fraction of training steps that may be skipped as non-finite",
@@ -60,6 +69,12 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
         smallest, what = MINIMUM[key]
         values = list(value.values()) if isinstance(value, Mapping) else \
             value if isinstance(value, list) else [value]
-        bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v < smallest]
-        if bad:
+        counts = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        if any(v < smallest for v in counts):
             raise SettingError(f"{where}: {key} = {value!r}: {what} must be at least {smallest}")
+        largest = MAXIMUM.get(key)
+        if largest is not None and any(v > largest for v in counts):
+            raise SettingError(f"{where}: {key} = {value!r}: {what} must be at most {largest:,} "
+                               "(no machine finishes more)" if key != "seeds" else
+                               f"{where}: {key} = {value!r}: a seed must be at most 2**64 - 1 "
+                               "(64 bits)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_bytes, json_record
+from zoo.io import atomic_write_bytes, json_record, saying_no_space
 
 
 class ResultsFolderError(ZooError):
@@ -43,12 +43,30 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     a line that is not JSON or not an object is named by its number. Lines end at ``\\n`` only
     (a ``\\r`` before it is JSON whitespace), not at the other line breaks of
     ``str.splitlines`` (``\\x85``, ``\\u2028``, ...), which may stand inside a string."""
+    return _records(path, torn_tail=False)[0]
+
+
+def read_appended(path: str | os.PathLike) -> tuple[list[dict[str, Any]], bool]:
+    """:func:`read_jsonl` of a file written by :func:`append_line`, and whether its last line
+    was cut short (an append that a full disk or a crash stopped part-way: no newline after
+    it, begun as every line of an object is, ``{"``, and not JSON), which is left out."""
+    return _records(path, torn_tail=True)
+
+
+def _records(path: str | os.PathLike, torn_tail: bool) -> tuple[list[dict[str, Any]], bool]:
     try:
         lines = _text(path).split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFolderError(Path(path), f"is not readable ({exc})") from None
+    torn = False
     if not lines[-1]:  # what follows the newline that ends the last line
         lines.pop()
+    elif torn_tail and lines[-1].startswith('{"'):  # as every appended line begins
+        try:
+            json_record(lines[-1])
+        except json.JSONDecodeError:
+            lines.pop()
+            torn = True
     records = []
     for number, line in enumerate(lines, 1):
         try:
@@ -58,19 +76,27 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
         if not isinstance(obj, dict):
             raise ResultsFolderError(Path(path), f"line {number} is not a JSON object")
         records.append(obj)
-    return records
+    return records, torn
 
 
 def append_line(path: str | os.PathLike, line: bytes) -> None:
     """Append ``line`` (one JSON line, ending in a newline) to ``path``, unbuffered on an
     ``O_APPEND`` descriptor: it goes out in one ``write(2)``, not in pieces another writer's
-    bytes could come between."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        while line:
-            line = line[os.write(fd, line):]
-    finally:
-        os.close(fd)
+    bytes could come between. A write that fails part-way (a full disk) is cut off again, so
+    the file never ends in part of a line; a full disk is said as such
+    (:class:`zoo.io.NoSpaceError`)."""
+    with saying_no_space(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                while line:
+                    line = line[os.write(fd, line):]
+            except BaseException:
+                os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
 
 
 def write_jsonl(path: Path, lines: Iterable[bytes]) -> None:

@@ -48,6 +48,11 @@ KEPT = {"cells": frozenset({"training.json", "episodes.jsonl"})}
 """The files whose content a reader keeps (the report's records); the rest are only checked."""
 HASH_RE = re.compile(r"^[0-9a-f]{16}$")
 TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # zoo.io's temp files left by a kill
+SHARED_PREFIX = ".zoo-shared-"
+SHARED_RE = re.compile(r"^\.zoo-shared-[0-9a-f]{32}$")
+"""The marker a Ray driver leaves in the folder while it runs (:mod:`zoo.runner.executors`):
+made by the folder's writer, so one found when no writer holds the lock is stale (a killed
+driver's), and the next writer removes it (:func:`zoo.runner.storage.lock.writer_lock`)."""
 
 
 class OldResultsFolderError(ZooError):
@@ -65,8 +70,30 @@ def is_older(root: Path) -> bool:
 
 
 def names(folder: str | os.PathLike) -> list[str]:
-    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write."""
-    return sorted(n for n in os.listdir(folder) if not (n.startswith(".") and TMP_RE.match(n)))
+    """The sorted names in ``folder`` except zoo.io temp files left behind by a killed write
+    and Ray drivers' markers (:data:`SHARED_RE`).
+    A symbolic link is refused (:class:`ResultsFolderError`): a write through it would leave the
+    results folder (and a cell linked in from elsewhere is not this folder's)."""
+    found = []
+    with os.scandir(folder) as listing:
+        for entry in listing:
+            if entry.name.startswith(".") and (TMP_RE.match(entry.name)
+                                               or SHARED_RE.match(entry.name)):
+                continue
+            if entry.is_symlink():
+                raise ResultsFolderError(Path(entry.path), _linked(entry.path))
+            found.append(entry.name)
+    return sorted(found)
+
+
+def _linked(path: str) -> str:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (f"is a symbolic link{target}; a results folder holds only its own files and the "
+            "zoo never writes through a link. Replace the link with a copy of what it points "
+            "to, or remove it")
 
 
 def entries(folder: Path) -> Iterator[Path]:
@@ -93,10 +120,14 @@ def check_marker(root: Path) -> None:
 
 
 def check_top_level(root: Path) -> None:
-    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours."""
+    """Raise :class:`ResultsFolderError` for the first top-level entry that is not ours, or that
+    is a symbolic link (there, or among the report's and experiments' files)."""
     for path in entries(root):
         if path.name not in TOP_LEVEL:
             raise ResultsFolderError(path, "is not part of a zoo results folder")
+    for folder in ("report", "experiments"):
+        for path, _dirs, _files in os.walk(root / folder):
+            names(path)  # raises for a link among its files and folders (walk does not follow)
 
 
 def check_suites(root: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json
-from zoo.runner.storage.layout import LOCK, WRITER
+from zoo.runner.storage.layout import LOCK, SHARED_PREFIX, SHARED_RE, WRITER
 
 
 class ResultsFolderBusyError(ZooError):
@@ -38,6 +38,9 @@ def writer_lock(root: Path) -> Iterator[None]:
         raise ResultsFolderBusyError(
             f"{root} is being written by {_holder(root / WRITER)}; wait for it to finish or "
             "choose another --out (two writers lose each other's results)") from None
+    for stale in root.glob(f"{SHARED_PREFIX}*"):  # a killed Ray driver's: its lock is gone
+        if SHARED_RE.match(stale.name):
+            stale.unlink(missing_ok=True)
     try:
         atomic_write_json(root / WRITER, {
             "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,

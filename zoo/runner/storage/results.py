@@ -5,6 +5,7 @@ its cells' and trainings' paths and states, and its ``results.jsonl``. Every wri
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -15,7 +16,13 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.io import atomic_write_json, atomic_write_text
 from zoo.runner.cells import code_free_hash, config_hash
-from zoo.runner.storage.jsonl import ResultsFolderError, append_line, read_json, read_jsonl
+from zoo.runner.storage.jsonl import (
+    ResultsFolderError,
+    append_line,
+    read_appended,
+    read_json,
+    read_jsonl,
+)
 from zoo.runner.storage.layout import (
     FORMAT,
     LOCK,
@@ -30,6 +37,8 @@ from zoo.runner.storage.layout import (
     names,
 )
 from zoo.runner.storage.lock import writer_lock
+
+log = logging.getLogger(__name__)
 
 
 class Results:
@@ -83,7 +92,12 @@ class Results:
         check_marker(self.root)
         check_top_level(self.root)
         if (self.root / "results.jsonl").exists():
-            lines = read_jsonl(self.root / "results.jsonl")
+            lines, torn = read_appended(self.root / "results.jsonl")
+            if torn:
+                log.warning("%s: its last line was cut short (a write stopped by a full disk or "
+                            "a crash); the cells' own result.json files stand in for it%s",
+                            self.root / "results.jsonl", "" if self._records is not None else
+                            ", and the next run rewrites it from them")
             for line in lines:
                 if not isinstance(line.get("config_hash"), str):
                     raise ResultsFolderError(self.root / "results.jsonl", "a line has no config_hash")
@@ -154,7 +168,7 @@ class Results:
         if self._lines is not None:
             return list(self._lines)
         path = self.root / "results.jsonl"
-        return read_jsonl(path) if path.exists() else []
+        return read_appended(path)[0] if path.exists() else []
 
     def finished(self) -> list[dict[str, Any]]:
         """The lines of results.jsonl and of every finished cell missing there (read only: a
@@ -191,8 +205,16 @@ class Results:
         self._hashes = {r["config_hash"] for r in lines}
 
     def sync_results(self) -> None:
-        """Add the lines of cells that finished but whose line was not written (a kill between)."""
-        have = {r["config_hash"] for r in self.results()}
+        """Add the lines of cells that finished but whose line was not written (a kill between),
+        after cutting off a last line that a full disk or a crash left part-written (the cells
+        hold the truth: that cell's line is then added again from its result.json)."""
+        path = self.root / "results.jsonl"
+        lines, torn = read_appended(path) if path.exists() else ([], False)
+        if torn:
+            self._write_results(lines)
+            log.warning("%s: cut off its last line, which was part-written, and added the "
+                        "missing lines from the cells' result.json", path)
+        have = {r["config_hash"] for r in lines}
         for run in entries(self.root / "cells"):
             if (run / "done").exists() and run.name not in have:
                 self.add_result(read_json(run / "result.json"))
