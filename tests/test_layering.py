@@ -11,7 +11,7 @@ The layers, from the bottom (a module belongs to the longest name below that is,
                          hparams, atomic io, paths, seeds
     mathematics          the algebra the families share (``zoo.inference``), kernels, gram, gp,
                          jitter and the finite-value checks, gaussians, variational, polyagamma,
-                         stein, expectations, control variates, metrics;
+                         stein, expectations, control variates, metrics, unrolled Adam;
                          also batching (episodes stacked for one vmapped call, whose deferred
                          checks the numerics use) and backbones (the networks methods build on)
     data and episodes    data sets, samplers
@@ -40,8 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                      "zoo.paths", "zoo.seeds")),
     ("mathematics", ("zoo.inference", "zoo.kernels", "zoo.gram", "zoo.gp", "zoo.jitter", "zoo.gaussians",
                      "zoo.variational", "zoo.polyagamma", "zoo.stein", "zoo.stein_kernels",
-                     "zoo.expectations", "zoo.control_variates", "zoo.metrics", "zoo.batching",
-                     "zoo.backbones")),
+                     "zoo.expectations", "zoo.control_variates", "zoo.metrics", "zoo.unrolled",
+                     "zoo.batching", "zoo.backbones")),
     ("data and episodes", ("zoo.data", "zoo.episode")),
     ("task kinds", ("zoo.tasks",)),
     ("methods", ("zoo.method", "zoo.tasks.methods", "zoo.families", "zoo.baselines",

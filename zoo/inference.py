@@ -10,7 +10,8 @@ point (its homes are internal modules):
 - Polya-Gamma augmentation: the augmented log marginal, the exact mean and a sampler;
 - variational expectations of factorised likelihoods under per-point Gaussian marginals, the
   softmax likelihood, free-form posteriors and the ELBO;
-- standard-normal draws of the expectation rules.
+- standard-normal draws of the expectation rules;
+- Adam steps written out so that an inner loop of them stays differentiable (:class:`UnrolledAdam`).
 """
 
 from zoo.expectations import standard_normal_draws
@@ -18,6 +19,7 @@ from zoo.gp import DTYPE, FeatureSitePosterior, SitePosterior, gaussian_log_marg
 from zoo.gram import FeatureGram, Gram, choose_route, dense, pack_symmetric, packed_outer, unpack_symmetric
 from zoo.jitter import DEFAULT_JITTER, JitterPolicy
 from zoo.polyagamma import augmented_log_marginal, polyagamma_mean, sample_polyagamma
+from zoo.unrolled import UnrolledAdam
 from zoo.variational import (
     Expectations,
     FullGaussianPosterior,
@@ -47,4 +49,6 @@ __all__ = [
     "SoftmaxMean", "WhitenedPosterior", "covariance_factor", "elbo", "mean_parameter_gradient",
     # expectation rules
     "standard_normal_draws",
+    # unrolled inner loops
+    "UnrolledAdam",
 ]

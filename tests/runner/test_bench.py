@@ -274,6 +274,22 @@ def test_table_cell_gives_raw_and_calibrated_ece():
     assert Classification().view.cell_text(row, error=True) == "20.0 ± 2.0% err"
 
 
+def test_the_line_of_a_finished_cell_gives_its_scores_and_times():
+    from zoo.tasks import Classification, Integration, Regression
+
+    times = {"train_seconds": 12.4, "eval_seconds_per_episode": 0.0456}
+    row = {"accuracy": 0.8, "ci95": 0.02, "ece": 0.5, "ece_calibrated": 0.03, **times}
+    assert Classification().view.done_line(row) == \
+        "accuracy 80.0 +- 2.0%, ECE 50.0% (calibrated 3.0%), train 12s, 46 ms/episode"
+    row = {"lmlhd_median": 1.234, "lmlhd_mean": 1.5, "lmlhd_ci95": 0.25, "mse_median": 0.0123,
+           "crps": 0.1, "coverage90": 0.875, **times}
+    assert Regression().view.done_line(row) == ("LMLHD median 1.23 (mean 1.50 +- 0.25), MSE 0.0123, "
+                                                "CRPS 0.100, 90% coverage 88%, train 12s, 46 ms/episode")
+    row = {"abs_error": 0.5, "ci95": 0.1, "rmse": 0.6, "mc_rmse": 1.2, "vrf": 4.0, "sse": 1.0,
+           "status": "done", **times}
+    assert Integration().view.done_line(row).endswith("45.60 ms/task")
+
+
 def test_evaluate_set_changes_a_test_time_hparam_and_records_it(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "md-bfsc", "--dataset", "glyphs", "--way", "3", "--shot", "1",

@@ -40,6 +40,15 @@ def test_malformed_predictions_are_rejected(episode, probs, problem):
     assert "zoo.Prediction(probs)" in str(info.value)
 
 
+def test_a_prediction_of_another_type_says_what_predict_must_return(episode):
+    with pytest.raises(PredictionError) as info:
+        TASK.check(torch.full((6, 3), 1 / 3), episode, "raw")
+    assert str(info.value) == (
+        f"method 'raw' in episode {episode.id}: returned a Tensor, not a zoo.Prediction; its "
+        "predict must return zoo.Prediction(probs) with one row of class probabilities per query "
+        "(e.g. torch.softmax(logits, -1))")
+
+
 def test_float32_softmax_rounding_is_within_tolerance(episode):
     logits = 30 * torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
     TASK.check(Prediction(torch.softmax(logits.float(), -1)), episode, "ok")

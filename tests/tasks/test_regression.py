@@ -57,6 +57,16 @@ def test_malformed_predictions_are_rejected(mean, var, problem):
     assert "'sloppy'" in str(info.value) and "gp-rbf/test#5" in str(info.value)
 
 
+def test_a_prediction_of_another_type_says_what_predict_must_return():
+    episode = sample_task(load_gp_rbf(), "test", 0, 8, 5, 2)
+    with pytest.raises(PredictionError) as info:
+        TASK.check((torch.zeros(1, 8, 1), torch.ones(1, 8, 1)), episode, "raw")
+    assert str(info.value) == (
+        f"method 'raw' in episode {episode.id}: returned a tuple, not a RegressionPrediction; its "
+        "predict must return RegressionPrediction(mean, var) with mean and var [samples, targets, "
+        "y_dim], var > 0")
+
+
 def mean_lmlhd(method, context: int, tasks: int = 30) -> float:
     family = load_gp_rbf()
     scores = []

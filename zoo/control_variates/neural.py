@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from zoo.control_variates.fitting import CVEstimate, fit_size, from_intercept, from_residuals
 from zoo.stein_kernels import boundary_factor, boundary_gradient
+from zoo.unrolled import UnrolledAdam
 
 Params = list[Tensor]
 
@@ -155,40 +156,8 @@ def per_task(params: Params, tasks: int) -> Params:
 
 INNER_RULES = ("adam", "sgd")
 """The inner loop's update rules: ``adam``, the thesis's (App. B.3: "we use Adam as the UPDATE
-rule"), a fresh Adam per task and adaptation; ``sgd``, plain gradient steps (the original MAML)."""
-
-ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
-"""``torch.optim.Adam``'s defaults, which the inner Adam uses."""
-
-
-class InnerAdam:
-    """Adam written out so that its steps stay differentiable (``torch.optim.Adam``'s update to
-    rounding, tested): ``p - lr m_hat / (sqrt(v_hat) + eps)`` with bias-corrected moments, fresh
-    moments per adaptation. One step from fresh moments moves each parameter by about ``lr``
-    whatever its gradient's scale (``lr g / (|g| + eps)``), where a plain step moves it by
-    ``lr g``; the square root is taken where the second moment is positive only, so that a
-    gradient that is exactly zero (a centred output's bias) leaves a finite second derivative."""
-
-    def __init__(self, lr: float):
-        self.lr, self.t = lr, 0
-        self.m: list[Tensor] = []
-        self.v: list[Tensor] = []
-
-    def __call__(self, params: Params, grads: Sequence[Tensor]) -> Params:
-        b1, b2 = ADAM_BETAS
-        if not self.m:
-            self.m = [torch.zeros_like(g) for g in grads]
-            self.v = [torch.zeros_like(g) for g in grads]
-        self.t += 1
-        self.m = [b1 * m + (1 - b1) * g for m, g in zip(self.m, grads)]
-        self.v = [b2 * v + (1 - b2) * g * g for v, g in zip(self.v, grads)]
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        out = []
-        for p, m, v in zip(params, self.m, self.v):
-            positive = v > 0
-            root = torch.where(positive, torch.where(positive, v, 1.0).sqrt(), 0.0)
-            out.append(p - (self.lr / c1) * m / (root / math.sqrt(c2) + ADAM_EPS))
-        return out
+rule"), a fresh Adam per task and adaptation (:class:`zoo.unrolled.UnrolledAdam`); ``sgd``, plain
+gradient steps (the original MAML)."""
 
 
 class InnerSGD:
@@ -201,11 +170,11 @@ class InnerSGD:
         return [p - self.lr * g for p, g in zip(params, grads)]
 
 
-def inner_rule(name: str, lr: float) -> InnerAdam | InnerSGD:
+def inner_rule(name: str, lr: float) -> UnrolledAdam | InnerSGD:
     """A fresh update rule of the inner loop (see :data:`INNER_RULES`)."""
     if name not in INNER_RULES:
         raise ValueError(f"inner rule {name!r}: use one of {INNER_RULES}")
-    return InnerAdam(lr) if name == "adam" else InnerSGD(lr)
+    return UnrolledAdam(lr) if name == "adam" else InnerSGD(lr)
 
 
 def adapt(params: Params, x: Tensor, score: Tensor, fx: Tensor, *, steps: int, lr: float,

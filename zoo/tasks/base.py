@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -74,6 +74,23 @@ class PredictionError(ZooError):
     """A method returned a prediction the task cannot score (wrong shape, non-finite, ...)."""
 
 
+class PredictionCheck:
+    """The checks of one method's prediction on one episode: each failure raises a
+    :class:`PredictionError` ``"method M in WHERE: PROBLEM; REMEDY"``, where the remedy says what
+    the kind's ``predict`` must return."""
+
+    def __init__(self, method: str, where: str, remedy: str):
+        self.method, self.where, self.remedy = method, where, remedy
+
+    def fail(self, problem: str) -> NoReturn:
+        raise PredictionError(f"method {self.method!r} in {self.where}: {problem}; {self.remedy}")
+
+    def of_type(self, prediction: Any, cls: type, name: str) -> None:
+        """Fail unless ``prediction`` is a ``cls`` (called ``name`` in the message)."""
+        if not isinstance(prediction, cls):
+            self.fail(f"returned a {type(prediction).__name__}, not a {name}")
+
+
 SIMPLEX_TOLERANCE = 1e-4
 """How far class probabilities may lie outside the simplex: a row's sum from 1 (float32 softmax
 rows are within ~1e-6), an entry below 0 (round-off of an estimate such as ``1 - sum`` of the
@@ -113,6 +130,13 @@ class ReportMetric(NamedTuple):
     help: str = ""
 
 
+TIMES = (ReportMetric("train_seconds", "training (s)", None, digits=0,
+                      help="wall-clock seconds of meta-training, mean over seeds"),
+         ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
+                      help="wall-clock milliseconds to adapt and predict one test episode"))
+"""The runner's two times of a cell, which every kind's summary holds, as report metrics."""
+
+
 class TaskView(ABC):
     """How the results of one task kind are shown: the report's cells, notes and paired
     columns, the bench's line per finished cell, and the figures (as data the runner draws).
@@ -138,9 +162,15 @@ class TaskView(ABC):
         """A report table cell for a summary row that has numbers."""
 
     def done_line(self, result: Mapping[str, Any]) -> str:
-        """What ``zoo bench`` prints when a cell finishes."""
-        return (f"{self.cell_text(result)}, train {result['train_seconds']:.0f}s, "
+        """What ``zoo bench`` prints when a cell finishes: :meth:`done_numbers`, the training
+        time and the time per test episode."""
+        return (f"{self.done_numbers(result)}, train {result['train_seconds']:.0f}s, "
                 f"{1000 * result['eval_seconds_per_episode']:.0f} ms/episode")
+
+    def done_numbers(self, result: Mapping[str, Any]) -> str:
+        """The scores :meth:`done_line` shows: the report's cell (:meth:`cell_text`) unless a
+        kind says more."""
+        return self.cell_text(result)
 
 
 class Task(ABC):
@@ -240,7 +270,7 @@ class Task(ABC):
 
     def data_shape(self, dataset: Any) -> dict[str, Any]:
         """What a method of this kind is built with besides its hyper-parameters (dimensions;
-        the method base's ``build`` asks)."""
+        the method base's ``from_cell`` asks)."""
         return {}
 
     @abstractmethod

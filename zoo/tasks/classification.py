@@ -25,7 +25,9 @@ import numpy as np
 from zoo.errors import EpisodeError
 from zoo.metrics import ece_mce, episode_records, fit_temperature, mean_ci
 from zoo.tasks.base import (
+    TIMES,
     GetEpisode,
+    PredictionCheck,
     PredictionError,
     ReportMetric,
     Shape,
@@ -85,10 +87,7 @@ class ClassificationView(TaskView):
         ReportMetric("brier", "Brier", "lower", 1, 3, None,
                      "squared error of the probability vector against the one-hot label, summed "
                      "over classes, mean over queries"),
-        ReportMetric("train_seconds", "training (s)", None, digits=0,
-                     help="wall-clock seconds of meta-training, mean over seeds"),
-        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
-                     help="wall-clock milliseconds to adapt and predict one test episode"),
+        *TIMES,
     )
     figures = (Reliability(),)
 
@@ -101,11 +100,9 @@ class ClassificationView(TaskView):
         ece = f" (ECE {100 * row['ece']:.1f} / {100 * row['ece_calibrated']:.1f}{pct})"
         return text + (ece if not error else f"{pct} err")
 
-    def done_line(self, r: Mapping[str, Any]) -> str:
+    def done_numbers(self, r: Mapping[str, Any]) -> str:
         return (f"accuracy {100 * r['accuracy']:.1f} +- {100 * r['ci95']:.1f}%, "
-                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%), "
-                f"train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+                f"ECE {100 * r['ece']:.1f}% (calibrated {100 * r['ece_calibrated']:.1f}%)")
 
 
 class Classification(Task):
@@ -199,20 +196,18 @@ class Classification(Task):
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
         """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`)."""
-        def fail(problem: str) -> None:
-            raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
-                                  "predict must return zoo.Prediction(probs) with one row of class "
-                                  "probabilities per query (e.g. torch.softmax(logits, -1))")
-
-        if not isinstance(prediction, Prediction):
-            fail(f"returned a {type(prediction).__name__}, not a zoo.Prediction")
+        checks = PredictionCheck(method, f"episode {episode.id}", "its predict must return "
+                                 "zoo.Prediction(probs) with one row of class probabilities per "
+                                 "query (e.g. torch.softmax(logits, -1))")
+        checks.of_type(prediction, Prediction, "zoo.Prediction")
         probs = prediction.probs
         expected = (episode.query_y.shape[0], episode.way)
         if tuple(probs.shape) != expected:
-            fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = {list(expected)}")
+            checks.fail(f"probs have shape {tuple(probs.shape)}, expected [queries, way] = "
+                        f"{list(expected)}")
         problem = probabilities_problem(probs.detach().double().cpu().numpy())
         if problem is not None:
-            fail(problem)
+            checks.fail(problem)
 
     def check_many(self, predictions: Sequence[Any], episodes: Sequence[Episode],
                    method: str) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
+from zoo.tasks.base import TIMES, GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
 from zoo.tasks.figures import MetricLines, ParameterLines
 
 if TYPE_CHECKING:
@@ -109,10 +109,7 @@ class IntegrationView(TaskView):
         ReportMetric("rmse", "RMSE", "lower", 1, 4, None, "root mean squared error"),
         ReportMetric("vrf", "VRF", "higher", 1, 2, None,
                      "variance-reduction factor against plain Monte Carlo on the same samples"),
-        ReportMetric("train_seconds", "training (s)", None, digits=0,
-                     help="wall-clock seconds of meta-training, mean over seeds"),
-        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
-                     help="wall-clock milliseconds to adapt and predict one test episode"),
+        *TIMES,
     )
     figures = (MetricLines("samples", _ERROR_METRICS, "integration", log_x=True, log_y=True,
                            errors={"abs_error": "ci95"}),

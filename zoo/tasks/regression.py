@@ -40,7 +40,15 @@ import numpy as np
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
-from zoo.tasks.base import GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
+from zoo.tasks.base import (
+    TIMES,
+    GetEpisode,
+    PredictionCheck,
+    ReportMetric,
+    Shape,
+    Task,
+    TaskView,
+)
 from zoo.tasks.figures import MetricLines
 
 if TYPE_CHECKING:
@@ -157,10 +165,7 @@ class RegressionView(TaskView):
                      "% of targets inside the central 50% predictive interval (50 is right)"),
         ReportMetric("coverage90", "90% coverage", None, 100, 1, None,
                      "% of targets inside the central 90% predictive interval (90 is right)"),
-        ReportMetric("train_seconds", "training (s)", None, digits=0,
-                     help="wall-clock seconds of meta-training, mean over seeds"),
-        ReportMetric("eval_seconds_per_episode", "ms per test episode", None, 1000, 0,
-                     help="wall-clock milliseconds to adapt and predict one test episode"),
+        *TIMES,
     )
     figures = (MetricLines("context", (("lmlhd_median", "LMLHD (median over tasks)"),
                                        ("mse_median", "MSE (median)"), ("crps", "CRPS (mean)"),
@@ -176,11 +181,10 @@ class RegressionView(TaskView):
             text += f", loose {row['looseness_median']:.2g}"
         return text
 
-    def done_line(self, r: Mapping[str, Any]) -> str:
+    def done_numbers(self, r: Mapping[str, Any]) -> str:
         return (f"LMLHD median {r['lmlhd_median']:.2f} (mean {r['lmlhd_mean']:.2f} +- "
                 f"{r['lmlhd_ci95']:.2f}), MSE {r['mse_median']:.3g}, CRPS {r['crps']:.3f}, "
-                f"90% coverage {100 * r['coverage90']:.0f}%, train {r['train_seconds']:.0f}s, "
-                f"{1000 * r['eval_seconds_per_episode']:.0f} ms/episode")
+                f"90% coverage {100 * r['coverage90']:.0f}%")
 
 
 class Regression(Task):
@@ -262,25 +266,22 @@ class Regression(Task):
     def check(self, prediction: Any, episode: RegressionEpisode, method: str) -> None:
         import torch
 
-        def fail(problem: str) -> None:
-            raise PredictionError(f"method {method!r} in episode {episode.id}: {problem}; its "
-                                  "predict must return RegressionPrediction(mean, var) with mean "
-                                  "and var [samples, targets, y_dim], var > 0")
-
-        if not isinstance(prediction, RegressionPrediction):
-            fail(f"returned a {type(prediction).__name__}, not a RegressionPrediction")
+        checks = PredictionCheck(method, f"episode {episode.id}", "its predict must return "
+                                 "RegressionPrediction(mean, var) with mean and var [samples, "
+                                 "targets, y_dim], var > 0")
+        checks.of_type(prediction, RegressionPrediction, "RegressionPrediction")
         n, dy = episode.target_y.shape
         for name in ("mean", "var"):
             t = getattr(prediction, name)
             if t.ndim != 3 or tuple(t.shape[1:]) != (n, dy):
-                fail(f"{name} has shape {tuple(t.shape)}, expected [S, {n}, {dy}]")
+                checks.fail(f"{name} has shape {tuple(t.shape)}, expected [S, {n}, {dy}]")
             if not torch.isfinite(t).all():
-                fail(f"non-finite {name}")
+                checks.fail(f"non-finite {name}")
         if prediction.mean.shape != prediction.var.shape:
-            fail(f"mean {tuple(prediction.mean.shape)} and var {tuple(prediction.var.shape)} "
-                 "differ in shape")
+            checks.fail(f"mean {tuple(prediction.mean.shape)} and var "
+                        f"{tuple(prediction.var.shape)} differ in shape")
         if (prediction.var <= 0).any():
-            fail(f"a variance is not positive (smallest {float(prediction.var.min()):.3g})")
+            checks.fail(f"a variance is not positive (smallest {float(prediction.var.min()):.3g})")
 
     def score(self, prediction: RegressionPrediction, episode: RegressionEpisode,
               temperature: float = 1.0) -> dict[str, Any]:

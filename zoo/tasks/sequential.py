@@ -24,7 +24,7 @@ from zoo.metrics import ece_mce, mean_ci, nll
 from zoo.seeds import coordinate_seed
 from zoo.tasks.base import (
     GetEpisode,
-    PredictionError,
+    PredictionCheck,
     ReportMetric,
     Shape,
     Task,
@@ -186,22 +186,18 @@ class Sequential(Task):
         raise ZooError("sequential methods are not meta-trained; set train_episodes = 0")
 
     def check(self, prediction: Any, stream: Stream, method: str) -> None:
-
-        def fail(problem: str) -> None:
-            raise PredictionError(f"method {method!r} in stream {stream.id}: {problem}; predict "
-                                  "must return class probabilities [examples, classes], rows "
-                                  "summing to 1")
-
+        checks = PredictionCheck(method, f"stream {stream.id}", "predict must return class "
+                                 "probabilities [examples, classes], rows summing to 1")
         if not isinstance(prediction, StreamPrediction) or \
                 len(prediction.probs) != len(stream.eval_steps):
-            fail("did not give one prediction per evaluation step")
+            checks.fail("did not give one prediction per evaluation step")
         classes = int(stream.held_y.max()) + 1
         for p in prediction.probs:
             if p.ndim != 2 or p.shape[0] != len(stream.held_y) or p.shape[1] < classes:
-                fail(f"probs have shape {tuple(p.shape)}")
+                checks.fail(f"probs have shape {tuple(p.shape)}")
             problem = probabilities_problem(p.detach().double().cpu().numpy())
             if problem is not None:
-                fail(problem)
+                checks.fail(problem)
 
     def score(self, prediction: StreamPrediction, stream: Stream,
               temperature: float = 1.0) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal
 from torch.distributions import kl_divergence as torch_kl
-from zoo_bayes_last_layer.method import BayesLastLayer, scaled_elbo, support_batches
+from zoo_bayes_last_layer.method import AdamAscent, BayesLastLayer, scaled_elbo, support_batches
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 from zoo import Episode, NumericalError
@@ -166,6 +166,23 @@ def test_the_inner_rule_defaults_to_plain_ascent_for_diag_and_adam_otherwise():
              for family in FAMILIES}
     assert [type(r).__name__ for r in rules.values()] == ["Ascent", "AdamAscent", "AdamAscent"]
     assert rules["diag"].lr == 0.2 and rules["kfac"].lr == 0.1
+
+
+def test_adam_ascent_steps_up_by_bias_corrected_moments():
+    """``p + lr (m_t / c1) / (sqrt(v_t / c2 + eps^2) + eps)`` with Adam's moments of the
+    gradients so far: two steps, written out."""
+    b1, b2, eps, lr = 0.9, 0.999, 1e-8, 0.1
+    g1 = torch.tensor([0.5, -2.0, 0.0], dtype=torch.float64)
+    g2 = torch.tensor([1.0, 0.25, 0.0], dtype=torch.float64)
+    rule, p = AdamAscent(lr), torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    (q,) = rule([p], (g1,))
+    (r,) = rule([q], (g2,))
+    m1, v1 = (1 - b1) * g1, (1 - b2) * g1 * g1
+    step1 = p + lr * (m1 / (1 - b1)) / ((v1 / (1 - b2) + eps**2).sqrt() + eps)
+    m2, v2 = b1 * m1 + (1 - b1) * g2, b2 * v1 + (1 - b2) * g2 * g2
+    step2 = step1 + lr * (m2 / (1 - b1**2)) / ((v2 / (1 - b2**2) + eps**2).sqrt() + eps)
+    assert torch.equal(q, step1) and torch.equal(r, step2)
+    assert float(q[2]) == 3.0 and 0.99 * lr < float(q[0] - p[0]) <= lr  # a first step moves ~lr
 
 
 def test_pretraining_loss_is_cross_entropy_over_the_class_table():

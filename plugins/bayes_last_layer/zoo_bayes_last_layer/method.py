@@ -35,7 +35,7 @@ from zoo import Episode, HParam, Prediction, check_finite, episode_generator
 from zoo.backbones import Backbone
 from zoo.families import ClassTable, LastLayerMethod, linear_gaussian_marginals, weight_samples
 from zoo.gaussians import DiagonalGaussian, Gaussian, kl_divergence
-from zoo.inference import DTYPE
+from zoo.inference import DTYPE, UnrolledAdam
 from zoo_bayes_last_layer.posterior import FAMILIES, build, initial_parameters
 
 SCALINGS = ("mean", "batch")
@@ -54,29 +54,17 @@ class Ascent:
         return [p + self.lr * g for p, g in zip(params, grads)]
 
 
-class AdamAscent:
-    """Adam (Kingma & Ba 2015) on the ascent direction, written out so that it can be unrolled:
-    ``p + lr m_hat / (sqrt(v_hat) + eps)``. It is invariant to the objective's scale (up to
+class AdamAscent(UnrolledAdam):
+    """Adam (Kingma & Ba 2015) on the ascent direction, unrolled (the core's moments):
+    ``p + lr m_hat / (sqrt(v_hat + eps^2) + eps)``, the ``eps^2`` keeping the square root
+    differentiable at a zero second moment. It is invariant to the objective's scale (up to
     ``eps``), so it needs no per-family step size, where plain ascent diverges on K-FAC's factors
     (each shared by ``D`` or ``C`` weights)."""
 
-    def __init__(self, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
-        self.lr, self.betas, self.eps = lr, betas, eps
-        self.t = 0
-        self.m: list[Tensor] = []
-        self.v: list[Tensor] = []
-
     def __call__(self, params: list[Tensor], grads: tuple[Tensor, ...]) -> list[Tensor]:
-        b1, b2 = self.betas
-        if not self.m:
-            self.m = [torch.zeros_like(g) for g in grads]
-            self.v = [torch.zeros_like(g) for g in grads]
-        self.t += 1
-        self.m = [b1 * m + (1 - b1) * g for m, g in zip(self.m, grads)]
-        self.v = [b2 * v + (1 - b2) * g * g for v, g in zip(self.v, grads)]
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        m_t, v_t, c1, c2 = self.moments(grads)
         return [p + self.lr * (m / c1) / ((v / c2 + self.eps**2).sqrt() + self.eps)
-                for p, m, v in zip(params, self.m, self.v)]
+                for p, m, v in zip(params, m_t, v_t)]
 
 
 INNER_OPTIMIZERS = {"adam": AdamAscent, "sgd": Ascent}
