@@ -89,13 +89,47 @@ def test_exact_gp_beats_the_best_context_blind_gaussian_on_gp_samples():
     assert mean_lmlhd(gp, 16) > mean_lmlhd(gp, 2)
 
 
-def test_gp_meta_loss_is_the_exact_joint_predictive_nll():
-    gp = ExactGP(x_dim=1, y_dim=1, samples=4096)
+def test_gp_is_scored_by_its_exact_predictive_the_density_its_meta_loss_is():
+    gp = ExactGP(x_dim=1, y_dim=1, samples=8)
     episode = sample_task(load_gp_rbf(), "test", 0, 6, 0, 3)
     loss = float(gp.meta_loss(episode).detach()) * 6
     with torch.no_grad():
-        lmlhd = TASK.score(gp.predict(episode), episode)["lmlhd"]
-    assert lmlhd == pytest.approx(-loss, abs=0.3)  # MC estimate of the same joint likelihood
+        prediction = gp.predict(episode)
+        TASK.check(prediction, episode, "gp")
+        record = TASK.score(prediction, episode)
+    assert record["exact"] and record["samples"] == 8
+    assert record["lmlhd"] == pytest.approx(-loss, rel=1e-9)  # whatever the number of draws
+    loc, cov = prediction.joint
+    sd = cov[0].diagonal().sqrt()
+    marginal = torch.distributions.Normal(loc[:, 0], sd).log_prob(episode.target_y[:, 0].double())
+    assert record["nll"] == pytest.approx(float(-marginal.mean()), rel=1e-9)
+    assert record["mse"] == pytest.approx(float((loc - episode.target_y).square().mean()), rel=1e-9)
+
+
+def test_monte_carlo_lmlhd_of_a_correlated_gaussian_is_far_below_its_exact_density():
+    """Why the exact density: 256 draws of a 64-target GP predictive with no context miss the
+    typical set of its correlated Gaussian by hundreds of nats (the exact value is what the
+    draws estimate)."""
+    gp = ExactGP(x_dim=1, y_dim=1)
+    episode = sample_task(load_sinusoid(), "test", 0, 64, 0, 0)
+    with torch.no_grad():
+        prediction = gp.predict(episode)
+        exact = TASK.score(prediction, episode)["lmlhd"]
+        prediction.joint = None
+        sampled = TASK.score(prediction, episode)["lmlhd"]
+    assert exact > sampled + 100
+
+
+@pytest.mark.parametrize("joint, problem", [
+    ((torch.zeros(8, 1), torch.eye(7)[None]), "expected"),
+    ((torch.zeros(8, 1), -torch.eye(8)[None]), "not positive definite"),
+    ((torch.zeros(8, 1), torch.full((1, 8, 8), float("inf"))), "non-finite joint"),
+])
+def test_malformed_joint_predictives_are_rejected(joint, problem):
+    episode = sample_task(load_gp_rbf(), "test", 0, 8, 5, 2)
+    prediction = RegressionPrediction(torch.zeros(1, 8, 1), torch.ones(1, 8, 1), joint=joint)
+    with pytest.raises(PredictionError, match=problem):
+        TASK.check(prediction, episode, "sloppy")
 
 
 def test_a_pool_of_training_functions_is_revisited_with_fresh_orders_and_contexts():

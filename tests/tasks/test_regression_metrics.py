@@ -101,3 +101,19 @@ def test_mse_uses_the_mixture_mean():
     y = torch.zeros(1, 1)
     mean = torch.tensor([1.0, -1.0])[:, None, None]
     assert rm.mse(y, mean) == 0.0
+
+
+def test_the_exact_gaussian_lmlhd_is_the_multivariate_normal_density_per_output_dimension():
+    g = torch.Generator().manual_seed(3)
+    n, dy = 12, 2
+    a = torch.randn(dy, n, n, generator=g, dtype=torch.float64)
+    cov = a @ a.transpose(-1, -2) + 0.1 * torch.eye(n, dtype=torch.float64)
+    loc = torch.randn(n, dy, generator=g, dtype=torch.float64)
+    y = torch.randn(n, dy, generator=g, dtype=torch.float64)
+    expected = sum(stats.multivariate_normal(loc[:, d].numpy(), cov[d].numpy()).logpdf(y[:, d].numpy())
+                   for d in range(dy))
+    assert rm.gaussian_log_likelihood(y, loc, cov) == pytest.approx(expected, rel=1e-10)
+    diagonal = torch.rand(n, dy, generator=g, dtype=torch.float64) + 0.2  # factorised: the S = 1 form
+    assert rm.gaussian_log_likelihood(y, loc, torch.diag_embed(diagonal.T)) == pytest.approx(
+        rm.joint_log_likelihood(y, loc[None], diagonal[None]), rel=1e-12)
+

@@ -5,9 +5,11 @@ meta-learned.
   family's marginal); it ignores the context, so any method that uses the context must beat it.
 - ``gp``: exact GP regression with an RBF kernel (Rasmussen & Williams 2006, eq. 2.22-2.24), zero
   mean, lengthscale, signal variance and noise meta-learned by the joint log-likelihood of the
-  targets given the context; its prediction is ``samples`` latent functions at the targets (each
-  target ``N(f_s(x), noise^2)``), drawn with the episode's own generator, the form a neural
-  process's prediction has. On GP-sample tasks with the right hyper-parameters it is the oracle.
+  targets given the context; its prediction is the exact Gaussian predictive of the targets
+  (``joint``: posterior mean, posterior covariance plus noise), by which it is scored, and
+  ``samples`` latent functions at the targets (each target ``N(f_s(x), noise^2)``), drawn with the
+  episode's own generator, the form a neural process's prediction has (Thompson sampling uses
+  them). On GP-sample tasks with the right hyper-parameters it is the oracle.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class ExactGP(RegressionMethod):
         "lengthscale": HParam(0.75, gt=0, doc="initial RBF lengthscale"),
         "variance": HParam(0.75, gt=0, doc="initial signal variance"),
         "noise": HParam(0.1, gt=0, doc="initial observation-noise variance"),
-        "samples": HParam(256, ge=1, doc="latent samples of the predictive (for LMLHD)"),
+        "samples": HParam(256, ge=1, doc="latent draws of the predictive (Thompson sampling); "
+                                         "scores use the exact Gaussian"),
     }
 
     def __init__(self, **kwargs: Any):
@@ -81,13 +84,17 @@ class ExactGP(RegressionMethod):
         alpha = torch.cholesky_solve(yc, l)
         return self.kernel(xt, xc) @ alpha, ktt - v.T @ v
 
+    def noisy(self, cov: Tensor) -> Tensor:
+        """The targets' covariance from the latent one: plus the observation noise and the jitter."""
+        eye = torch.eye(len(cov), dtype=cov.dtype, device=cov.device)
+        return cov + (self.log_noise.exp() ** 2 + JITTER) * eye
+
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         """Minus the exact joint log-likelihood of the targets given the context, per target."""
         mean, cov = self.posterior(episode)
-        n = len(mean)
-        cov = cov + (self.log_noise.exp() ** 2 + JITTER) * torch.eye(n, dtype=cov.dtype)
-        dist = torch.distributions.MultivariateNormal(mean.T, scale_tril=torch.linalg.cholesky(cov))
-        return -dist.log_prob(episode.target_y.double().T).sum() / (n * self.y_dim)
+        dist = torch.distributions.MultivariateNormal(
+            mean.T, scale_tril=torch.linalg.cholesky(self.noisy(cov)))
+        return -dist.log_prob(episode.target_y.double().T).sum() / (len(mean) * self.y_dim)
 
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
         mean, cov = self.posterior(episode)
@@ -97,4 +104,5 @@ class ExactGP(RegressionMethod):
         l = torch.linalg.cholesky(cov + JITTER * torch.eye(n, dtype=cov.dtype))
         f = mean + torch.einsum("ij,sjd->sid", l, eps.to(mean.device))
         var = (self.log_noise.exp() ** 2).expand_as(f)
-        return RegressionPrediction(f.float(), var.float())
+        return RegressionPrediction(f.float(), var.float(),
+                                    joint=(mean, self.noisy(cov).expand(self.y_dim, n, n)))

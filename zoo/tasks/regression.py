@@ -15,10 +15,12 @@ context sets at every visit.
 
 A method derives from :class:`~zoo.tasks.methods.RegressionMethod`: ``meta_loss(episode)`` and
 ``predict(episode) -> RegressionPrediction`` (``S`` latent samples of per-target Gaussian means and
-variances). Records hold LMLHD, NLL, MSE, CRPS and 50%/90% coverage
-(:mod:`zoo.tasks.regression_metrics`); a cell is one context size, summarised by the median over
-tasks with 5%/95% percentiles and the mean with its 95% CI, and, for seeds pooled, by the median
-over seeds of each seed's median with the 5%/95% percentiles over seeds (GMM-NP's protocol, A.3.3).
+variances; a method whose predictive is one Gaussian over all targets also gives it exactly, as
+``joint``, and is then scored by its exact density instead of the samples). Records hold LMLHD,
+NLL, MSE, CRPS and 50%/90% coverage (:mod:`zoo.tasks.regression_metrics`); a cell is one context
+size, summarised by the median over tasks with 5%/95% percentiles and the mean with its 95% CI,
+and, for seeds pooled, by the median over seeds of each seed's median with the 5%/95% percentiles
+over seeds (GMM-NP's protocol, A.3.3).
 The model is selected by the mean LMLHD of validation episodes.
 
 ELBO looseness (optional capability): with ``bound_samples = S > 0`` a method that implements
@@ -84,11 +86,18 @@ class RegressionEpisode:
 @dataclass
 class RegressionPrediction:
     """A uniform mixture of ``S`` factorised Gaussians over the targets: ``mean``, ``var``
-    ``[S, N, dy]`` (``S = 1``: one Gaussian per target; :meth:`gaussian` builds that)."""
+    ``[S, N, dy]`` (``S = 1``: one Gaussian per target; :meth:`gaussian` builds that).
+
+    ``joint``: ``(loc [N, dy], cov [dy, N, N])`` where the predictive is exactly one Gaussian over
+    all targets (each output dimension's targets jointly, observation noise included), the
+    mixture then being ``S`` draws of it. Scores are computed from it, exactly, instead of from
+    the draws: a Monte Carlo estimate of a correlated ``N``-dimensional Gaussian's density from
+    a few hundred draws is hundreds of nats too low."""
 
     mean: Tensor
     var: Tensor
     extras: dict[str, Any] = field(default_factory=dict)
+    joint: tuple[Tensor, Tensor] | None = None
 
     @classmethod
     def gaussian(cls, mean: Tensor, var: Tensor) -> RegressionPrediction:
@@ -145,7 +154,8 @@ class RegressionView(TaskView):
     paired_key = "lmlhd"
     digits = 2
     table_note = ("Median over test tasks of the joint predictive log-likelihood of all targets "
-                  "(LMLHD, log-mean-exp over the method's latent samples) [5%, 95% percentiles]; "
+                  "(LMLHD: log-mean-exp over the method's latent samples, or the exact density "
+                  "of a Gaussian predictive) [5%, 95% percentiles]; "
                   "with several seeds: median over seeds of each seed's median [5%, 95% over "
                   "seeds]. MSE of the predictive mean (median over tasks); loose: median ELBO "
                   "looseness (IW bound - ELBO) where measured. Means with 95% CI, NLL per "
@@ -282,15 +292,39 @@ class Regression(Task):
                         f"{tuple(prediction.var.shape)} differ in shape")
         if (prediction.var <= 0).any():
             checks.fail(f"a variance is not positive (smallest {float(prediction.var.min()):.3g})")
+        if prediction.joint is not None:
+            loc, cov = prediction.joint
+            if tuple(loc.shape) != (n, dy) or tuple(cov.shape) != (dy, n, n):
+                checks.fail(f"joint has loc {tuple(loc.shape)} and cov {tuple(cov.shape)}, "
+                            f"expected [{n}, {dy}] and [{dy}, {n}, {n}]")
+            if not (torch.isfinite(loc).all() and torch.isfinite(cov).all()):
+                checks.fail("non-finite joint")
+            if torch.linalg.cholesky_ex(cov.double())[1].any():
+                checks.fail("the joint covariance is not positive definite")
 
     def score(self, prediction: RegressionPrediction, episode: RegressionEpisode,
               temperature: float = 1.0) -> dict[str, Any]:
-        from zoo.tasks.regression_metrics import coverage, crps, joint_log_likelihood, mse, point_nll
+        from zoo.tasks.regression_metrics import (
+            coverage,
+            crps,
+            gaussian_log_likelihood,
+            joint_log_likelihood,
+            mse,
+            point_nll,
+        )
 
         y, mean, var = episode.target_y, prediction.mean.detach(), prediction.var.detach()
+        samples = int(mean.shape[0])
+        if prediction.joint is None:
+            lmlhd = joint_log_likelihood(y, mean, var)
+        else:  # the exact Gaussian, and its exact marginals for the per-target scores
+            loc, cov = (t.detach() for t in prediction.joint)
+            lmlhd = gaussian_log_likelihood(y, loc, cov)
+            mean, var = loc[None], cov.diagonal(dim1=-2, dim2=-1).T[None]
         record = {"seed": episode.info.get("seed"), "run_seed": episode.info.get("run_seed"),
-                  "context": episode.info.get("context"), "samples": int(mean.shape[0]),
-                  "lmlhd": joint_log_likelihood(y, mean, var), "nll": point_nll(y, mean, var),
+                  "context": episode.info.get("context"), "samples": samples,
+                  "exact": prediction.joint is not None,
+                  "lmlhd": lmlhd, "nll": point_nll(y, mean, var),
                   "mse": mse(y, mean), "crps": crps(y, mean, var),
                   "coverage50": coverage(y, mean, var, 0.5),
                   "coverage90": coverage(y, mean, var, 0.9)}
