@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -139,18 +140,40 @@ def summary(fn: Callable) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    """Run a sub-command. An error the zoo names, or a file-system error (a name too long, a
+    folder that may not be written), is one line on stderr and exit status 2 (``-v``: the
+    traceback of a file-system error too); Ctrl-C, also while the command starts, is exit 130."""
+    verbose = False
     try:
+        args = build_parser().parse_args(argv)
+        verbose = args.verbose
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(levelname)s %(name)s: %(message)s")
         return args.func(args)
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if verbose or exc.errno is None:
+            raise
+        print(f"zoo: error: {os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("zoo: interrupted; finished work is saved, run the same command to resume",
               file=sys.stderr)
         return 130
+
+
+def os_error(exc: OSError) -> str:
+    """A file-system error in words: what failed, on which path, and what to do."""
+    path = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    text = f"{exc.strerror}: {path}" if path is not None else str(exc.strerror or exc)
+    if exc.errno == errno.ENAMETOOLONG:
+        return (f"{text}; a file or folder name has at most 255 bytes here: choose a shorter "
+                "name (--out, or the method's or suite's name)")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{text}; choose a folder you may write (--out)"
+    return text
 
 
 if __name__ == "__main__":

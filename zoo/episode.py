@@ -36,7 +36,7 @@ class Episode:
     @property
     def query(self) -> int:
         """Queries per class."""
-        return self.query_y.shape[0] // self.way
+        return self.query_x.shape[0] // self.way
 
     @property
     def id(self) -> str:
@@ -46,6 +46,38 @@ class Episode:
     def to(self, device: torch.device | str) -> Episode:
         return replace(self, support_x=self.support_x.to(device), support_y=self.support_y.to(device),
                        query_x=self.query_x.to(device), query_y=self.query_y.to(device))
+
+    def unlabelled(self) -> UnlabelledEpisode:
+        """The episode without its query labels: what ``predict`` is given."""
+        return UnlabelledEpisode(self.support_x, self.support_y, self.query_x, None, self.way,
+                                 self.shot, self.info)
+
+
+HIDDEN = ("predict is given the query inputs without their labels: a prediction may use the "
+          "labelled support set and the query inputs only (the runner scores it against the labels "
+          "afterwards); read labels in meta_loss, which trains on them")
+
+
+class UnlabelledEpisode(Episode):
+    """An :class:`Episode` whose query labels are withheld (:meth:`Episode.unlabelled`): reading
+    ``query_y`` raises an ``AttributeError`` that says why. It holds no labels to read: a
+    prediction made from it cannot have used them."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "query_y":
+            raise AttributeError(f"episode.query_y: {HIDDEN}")
+        return super().__getattribute__(name)
+
+    def __repr__(self) -> str:
+        return (f"UnlabelledEpisode({self.id}, way={self.way}, shot={self.shot}, "
+                f"queries={self.query_x.shape[0]})")
+
+    def to(self, device: torch.device | str) -> UnlabelledEpisode:
+        return UnlabelledEpisode(self.support_x.to(device), self.support_y.to(device),
+                                 self.query_x.to(device), None, self.way, self.shot, self.info)
+
+    def unlabelled(self) -> UnlabelledEpisode:
+        return self
 
 
 def episode_seed(seed: int, dataset: str, split: str, way: int, shot: int, query: int,

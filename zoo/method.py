@@ -99,11 +99,17 @@ class Method(BaseMethod):
         any_way: a model built for one way scores episodes of any other (it has no way-sized
             parameters), so way-transfer suites (``train_way``) run it; see
             :meth:`scores_any_way`. :func:`zoo.testing.check_method` holds a method to it.
+        transductive: a query's prediction may depend on the order of the other queries. One
+            that is not (the default) predicts each query from the support set and that query,
+            or from the query set as a set: shuffling the queries permutes its predictions,
+            which :func:`zoo.testing.check_method` checks (queries arrive sorted by class, so a
+            prediction read off their positions is caught).
     """
 
     task: ClassVar[str] = "classification"
     default_backbone: ClassVar[str | None] = "conv4s"
     any_way: ClassVar[bool] = False
+    transductive: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None,
                  registry: Registry | None = None, **hparams: Any):
@@ -119,7 +125,8 @@ class Method(BaseMethod):
 
     @abstractmethod
     def predict(self, episode: Episode) -> Prediction:
-        """Class probabilities for ``episode.query_x`` given the labelled support only."""
+        """Class probabilities for ``episode.query_x`` given the labelled support only: the
+        runner passes the episode without its query labels (:meth:`Episode.unlabelled`)."""
 
     @classmethod
     def scores_any_way(cls, hparams: Mapping[str, Any]) -> bool:

@@ -139,11 +139,12 @@ def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
 
 
 def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = True,
-                 kinds: TaskKinds | None = None) -> Report:
-    """Write every format (and the figures) into ``root/report``; return the report (``kinds``:
-    the task kinds of its results, as for :func:`~zoo.runner.collect.load_report`)."""
+                 kinds: TaskKinds | None = None, out: Path | None = None) -> Report:
+    """Write every format (and the figures) into ``out`` (default ``root/report``; another
+    folder for results that may not be written, such as a read-only copy); return the report
+    (``kinds``: the task kinds of its results, as for :func:`~zoo.runner.collect.load_report`)."""
     report = load_report(Path(root), kinds)
-    out = Path(root) / "report"
+    out = Path(root) / "report" if out is None else Path(out)
     rows, pairs = report.rows(), report.paired()
     if "md" in formats:
         atomic_write_text(out / "table.md", markdown(report))

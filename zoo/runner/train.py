@@ -119,7 +119,8 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: R
     method = build_for_cell(cell, dataset, device, registry)
     if (folder / "done").exists():
         blob = load_checkpoint(folder / "model.pt", device)
-        method.load_state_dict(blob["state_dict"])
+        load_weights(method, blob["state_dict"], folder / "model.pt",
+                     f"the {cell.method} model of its config.json")
         method.eval()
         return TrainedModel(method, blob["temperature"], blob["info"])
 
@@ -417,6 +418,18 @@ def start_over(folder: Path) -> None:
                        "only training folders: choose another --out")
     for p in folder.iterdir():
         p.unlink()
+
+
+def load_weights(module: Any, state: Any, file: Path, what: str) -> None:
+    """``module.load_state_dict(state)``, or a :class:`ZooError` naming ``file`` when its
+    weights are not those of the model its configuration describes (``what``)."""
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ZooError(f"{file}: its weights do not fit {what} ({first}); the file belongs to "
+                       "another model, or was changed: delete it and train again, or use the "
+                       "model.pt of the run it came from") from None
 
 
 def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -192,7 +192,9 @@ class Classification(Task):
         return len(fixed), lambda i: fixed[i].to(device)
 
     def predict(self, method: Method, episode: Episode) -> Prediction:
-        return method.predict(episode)
+        """The method's prediction from the episode without its query labels
+        (:meth:`zoo.Episode.unlabelled`): reading them raises an error that says why."""
+        return method.predict(episode.unlabelled())
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
         """Shape ``[Q, way]``, and in the simplex (:func:`zoo.tasks.base.probabilities_problem`)."""
@@ -269,7 +271,7 @@ class Classification(Task):
         probs, labels = [], []
         for start in range(0, count, self.score_batch):  # a group's episodes held at a time
             episodes = [get(i) for i in range(start, min(count, start + self.score_batch))]
-            predictions = [method.predict(episode) for episode in episodes]
+            predictions = [self.predict(method, episode) for episode in episodes]
             self.check_many(predictions, episodes, method_name)
             probs += [p.probs for p in predictions]
             labels += [e.query_y for e in episodes]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_text
+from zoo.io import atomic_write_json, atomic_write_text, before_write
 from zoo.runner.cells import code_free_hash, config_hash
 from zoo.runner.storage.jsonl import (
     ResultsFolderError,
@@ -235,4 +235,5 @@ def link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, tmp)
     except OSError:
         shutil.copyfile(src, tmp)
+    before_write()
     os.replace(tmp, dst)
