@@ -104,3 +104,10 @@ def test_errors_of_train_and_evaluate_name_that_function(tmp_path):
     with pytest.raises(ZooError, match=r"the dict given to zoo.bench"):
         zoo.bench({"suite": {"methods": ["protonet"], "trian_episodes": 3}}, tmp_path / "b",
                   device="cpu")
+
+
+def test_a_folder_with_nothing_to_show_says_why(tmp_path):
+    """An empty table would fail later on its first column without a word: the reader says
+    that the folder holds no results."""
+    with pytest.raises(ZooError, match="holds no results; run `zoo bench --out"):
+        zoo.load_results(tmp_path)
