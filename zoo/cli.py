@@ -66,6 +66,8 @@ def _listing(kind: str) -> list[dict]:
 @command("plugins", _listing_args)
 def plugins_cmd(args: argparse.Namespace) -> int:
     """List installed plugins, what they registered, and any load error (-v: every name)."""
+    from zoo.plugins import SLOW_IMPORT_SECONDS as slow
+
     records = _listing("plugins")
     if args.json:
         return print_rows(records, True)
@@ -82,6 +84,9 @@ def plugins_cmd(args: argparse.Namespace) -> int:
         if r["error"]:
             print(textwrap.fill(f"{r['name']}: {r['error']}", WIDTH, subsequent_indent="    ",
                                 break_on_hyphens=False, break_long_words=False))
+        if (r.get("import_seconds") or 0) > slow:
+            print(f"{r['name']}: took {r['import_seconds']:.1f} s to import; every command that "
+                  f"loads the plugins waits for it (ZOO_DISABLE_PLUGINS={r['name']} skips it)")
     return 0
 
 
@@ -110,13 +115,21 @@ def tasks_cmd(args: argparse.Namespace) -> int:
 @command("suites", _listing_args)
 def suites_cmd(args: argparse.Namespace) -> int:
     """List benchmark suites (built-in and from plugins; an entry suite runs its own experiment
-    function). zoo bench PATH.toml runs a suite file."""
+    function). zoo bench PATH.toml runs a suite file. An invalid suite is named with what is wrong
+    (exit status 1), the others listed."""
     from zoo.listing import listings
 
-    rows = listings()["suites"]
+    records = listings()["suites"]
+    rows = records
     if not (args.json or args.detail):  # where each comes from: -v
         rows = [{k: r[k] for k in ("name", "plugin", "task", "description")} for r in rows]
-    return print_rows(rows, args.json, args.detail)
+    print_rows(rows, args.json, args.detail)
+    bad = [r for r in records if r.get("error")]
+    for r in bad:
+        print(textwrap.fill(f"zoo: error: suite {r['name']!r} of plugin {r['plugin']!r} is "
+                            f"invalid: {r['error']}", WIDTH, subsequent_indent="    ",
+                            break_on_hyphens=False, break_long_words=False), file=sys.stderr)
+    return 1 if bad else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -334,7 +334,7 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
             if hparam not in cls.all_defaults():
                 raise SuiteError(f"--set {key}: method {method!r} has no hyper-parameter "
                                  f"{hparam!r}; it has: {', '.join(sorted(cls.all_defaults()))}")
-            overrides.setdefault(method, {})[hparam] = value
+            overrides.setdefault(method, {})[hparam] = _as_declared(cls, hparam, text, value)
             continue
         owners = [m for m in methods if key in reg.get("methods", m).all_defaults()]
         if not owners:
@@ -344,8 +344,16 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
                 f"a hyper-parameter of the selected methods ({', '.join(hparams)}), "
                 "or METHOD.HYPERPARAMETER")
         for m in owners:
-            overrides.setdefault(m, {})[key] = value
+            overrides.setdefault(m, {})[key] = _as_declared(reg.get("methods", m), key, text,
+                                                            value)
     return Suite(suite.name, settings, overrides, suite.references, suite.source, entry, parts)
+
+
+def _as_declared(cls: Any, hparam: str, text: str, value: Any) -> Any:
+    """A ``--set`` value for a hyper-parameter declared as a string is the text as written: a
+    TOML literal such as ``nan``, ``inf`` or ``true`` would otherwise become a float or a bool."""
+    declared = cls.all_hparams().get(hparam)
+    return text.strip() if getattr(declared, "type", None) is str else value
 
 
 def is_setting(suite: Suite, assignment: str) -> bool:

@@ -337,6 +337,14 @@ def check_skipped(cell: Cell, state: TrainState) -> None:
             f"(--set {cell.method}.lr=...) or, knowingly, raise --set max_skipped_fraction=...")
 
 
+def no_validation_reason(cell: Cell) -> str:
+    """Why a training of ``cell`` validates nothing: the episodes asked for, or the data."""
+    if cell.val_episodes == 0:
+        return "val_episodes = 0 asks for no validation (set it above 0 to select and calibrate)"
+    return (f"data set {cell.val_dataset or cell.train_dataset!r} has no validation split (a "
+            "suite's val_dataset names another data set's)")
+
+
 def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, validating: bool,
             device: str, markers: list[Path] | None = None, best: dict[str, Any] | None = None
             ) -> TrainedModel:
@@ -356,9 +364,8 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
         temperature = cell.task.calibrate(best | {"what": cell.label})
         selection = "best " + cell.task.selection_key.replace("val_", "validation ")
     elif cell.train_episodes > 0 and any(True for _ in method.parameters()):
-        log.warning("%s: data set %r has no validation split; using the last checkpoint and "
-                    "no temperature scaling (a suite's val_dataset names another data set's)",
-                    cell.label, cell.val_dataset or cell.train_dataset)
+        log.warning("%s: %s; using the last checkpoint and no temperature scaling",
+                    cell.label, no_validation_reason(cell))
     method.eval()
     info = {"train_seconds": state.seconds, "val_seconds": state.val_seconds,
             "skipped_steps": state.skipped_steps,

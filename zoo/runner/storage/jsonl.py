@@ -19,10 +19,10 @@ from zoo.io import atomic_write_bytes, before_write, json_record, saying_no_spac
 class ResultsFolderError(ZooError):
     """A file in a results folder that is corrupt or not ours; nothing was changed."""
 
-    def __init__(self, path: Path, problem: str):
+    def __init__(self, path: Path, problem: str, advice: str = ""):
         self.path, self.problem = path, problem
-        super().__init__(f"{path}: {problem}; nothing in the results folder was changed. Move or "
-                         "delete that file, or choose another --out")
+        super().__init__(f"{path}: {problem}; nothing in the results folder was changed. "
+                         + (advice or "Move or delete that file, or choose another --out"))
 
 
 def _text(path: str | os.PathLike) -> str:
