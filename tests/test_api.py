@@ -90,3 +90,10 @@ def test_python_m_zoo_cli_has_every_sub_command():
     done = subprocess.run([sys.executable, "-m", "zoo.cli", "report", "--help"],
                           capture_output=True, text=True)
     assert done.returncode == 0 and "--format" in done.stdout, done.stderr
+
+
+def test_a_folder_with_nothing_to_show_says_why(tmp_path):
+    """An empty table would fail later on its first column without a word: the reader says
+    that the folder holds no results."""
+    with pytest.raises(ZooError, match="holds no results; run `zoo bench --out"):
+        zoo.load_results(tmp_path)

@@ -140,7 +140,8 @@ def episodes(dataset: str | Any, way: int = 5, shot: int = 1, query: int = 15, *
 def load_results(folder: str | os.PathLike, *, records: bool = False) -> Any:
     """A results folder's table, one row per method (or variant) and setting with the numbers of
     ``table.csv`` (seeds pooled): a pandas ``DataFrame`` when pandas is installed and
-    ``records`` is false, else a list of dicts.
+    ``records`` is false, else a list of dicts. A folder with no result to show (none finished,
+    or all made by other code than is installed) raises a ``ZooError`` that says which.
 
     Reading results of the built-in task kinds imports neither torch nor the plugins (the task
     kinds do the summing up); a plugin's kind is taken from the process's plugin registry.
@@ -148,7 +149,14 @@ def load_results(folder: str | os.PathLike, *, records: bool = False) -> Any:
     from zoo.plugins import task_kind
     from zoo.runner.collect import load_report
 
-    rows = load_report(Path(folder), task_kind).rows()
+    report = load_report(Path(folder), task_kind)
+    rows = report.rows()
+    if not rows:
+        # an empty table would only fail later, on its first column, without saying why
+        from zoo.runner.collect import other_code_note
+        why = other_code_note(report.other_code) if report.other_code else \
+            "it holds no finished result yet (run a suite into it with zoo.bench or zoo bench)"
+        raise ZooError(f"{folder}: no result to show: {why}")
     if records:
         return rows
     try:

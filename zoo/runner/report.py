@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io import atomic_write_json, atomic_write_text
-from zoo.runner.collect import Report, TaskKinds, load_report
+from zoo.runner.collect import Report, TaskKinds, load_report, other_code_note
 from zoo.runner.plots import draw_all
 from zoo.runner.report_html import html_report
 
@@ -74,9 +74,7 @@ def markdown(report: Report) -> str:
         parts.append("\n".join(lines) + "\n\n" + report.tasks[kind].view.table_note
                      + threads_note(report, kind) + "\n")
     if report.other_code:
-        parts.append(f"Not shown: {sum(report.other_code.values())} result(s) made by other code "
-                     "than is installed: " + "; ".join(f"{n} of {what}" for what, n in
-                                                       report.other_code.items()) + ".\n")
+        parts.append(other_code_note(report.other_code) + "\n")
     return "\n".join(parts)
 
 
