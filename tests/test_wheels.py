@@ -17,6 +17,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -60,17 +61,20 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the git checkout to know the tracked files")
     work, out = tmp_path_factory.mktemp("build"), tmp_path_factory.mktemp("dist")
-    built = {}
-    for project in PROJECTS:
+
+    def build(project: Path) -> Path:
         src = copy_project(project, work / project.name)
         run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", out / project.name,
             src)
         (wheel,) = (out / project.name).glob("*.whl")
-        built[project.name] = wheel
         inside = set(zipfile.ZipFile(wheel).namelist())
         missing = package_data(project) - inside
         assert not missing, f"{wheel.name} lacks {sorted(missing)}"
-    return built
+        return wheel
+
+    # the builds are independent processes that mostly wait on the disk: a few at a time
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        return {p.name: w for p, w in zip(PROJECTS, pool.map(build, PROJECTS))}
 
 
 @pytest.mark.slow
