@@ -9,6 +9,12 @@ drift from it.
   page lists this way is a build warning (so a strict build fails).
 - ``<!-- zoo:reference -->``: the public API, exactly: the ``__all__`` of ``zoo`` and of each
   module in ``zoo.PUBLIC_MODULES``, for mkdocstrings to render from the docstrings.
+- ``<!-- zoo:settings -->``: every suite setting with its default and meaning
+  (:data:`zoo.runner.suite.SETTINGS`, :data:`~zoo.runner.suite.SETTING_DOCS`), then each
+  registered task kind's own settings with their defaults; a setting without a meaning is a
+  build warning.
+- ``<!-- zoo:shared PACKAGE -->``: which hyper-parameters of those methods are shared, and the
+  base class each comes from (the tables mark them "(shared)").
 - ``<!-- zoo:names PACKAGE -->``: the names of those methods, for the methods' index.
 - ``<!-- zoo:docstring MODULE -->``: a module's docstring, as the method pages' "what the zoo
   implements".
@@ -92,6 +98,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             return hparams_tables(arg)
         if kind == "reference":
             return api_reference()
+        if kind == "shared":
+            return shared_hparams(arg)
+        if kind == "settings":
+            return settings_tables()
         if kind == "names":
             return ", ".join(f"`{n}`" for n in _methods_of(arg))
         if kind == "docstring":
@@ -145,6 +155,57 @@ def hparams_tables(package: str) -> str:
                    f"`--set {name}.KEY=VALUE` or in a suite's `[methods.{name}]`.\n\n"
                    + "\n".join(rows) + "\n")
     return "\n".join(out)
+
+
+def shared_hparams(package: str) -> str:
+    """A sentence naming the hyper-parameters the methods of ``package`` inherit, each with the
+    base class that declares it."""
+    origin: dict[str, str] = {}
+    for cls in _methods_of(package).values():
+        for key in cls.all_hparams():
+            home = next(k for k in cls.__mro__ if key in vars(k).get("hyperparameters", {}))
+            if not home.__module__.startswith(package):
+                origin.setdefault(key, _public_name(home))
+    if not origin:
+        return "Every hyper-parameter below is the family's own."
+    by_class: dict[str, list[str]] = {}
+    for key, home in origin.items():
+        by_class.setdefault(home, []).append(f"`{key}`")
+    return ("Shared hyper-parameters (marked \"(shared)\" below) come from the base classes: "
+            + "; ".join(f"{', '.join(keys)} from `{home}`" for home, keys in by_class.items())
+            + ".")
+
+
+def _public_name(cls: type) -> str:
+    """``cls`` as the public API names it (``zoo.BaseMethod``, ``zoo.families.GPMethod``)."""
+    import importlib
+
+    import zoo
+
+    for module in ("zoo", *zoo.PUBLIC_MODULES):
+        if getattr(importlib.import_module(module), cls.__name__, None) is cls \
+                and cls.__name__ in importlib.import_module(module).__all__:
+            return f"{module}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def settings_tables() -> str:
+    """The suite settings every task kind shares, then a table of each kind's own."""
+    from zoo.plugins import registry
+    from zoo.runner.suite import SETTING_DOCS, SETTINGS
+
+    undocumented = sorted(set(SETTINGS) - set(SETTING_DOCS))
+    if undocumented:
+        log.warning("suite settings without a meaning in zoo.runner.suite.SETTING_DOCS: %s",
+                    ", ".join(undocumented))
+    rows = ["| setting | default | what it is |", "|---|---|---|"]
+    rows += [f"| `{k}` | `{_cell(repr(v))}` | {_cell(SETTING_DOCS.get(k, '-').replace('``', '`'))} |"
+             for k, v in SETTINGS.items()]
+    kinds = ["| task kind | its settings (default) |", "|---|---|"]
+    for name, task in sorted(registry().items("tasks").items()):
+        own = ", ".join(f"`{k}` (`{_cell(repr(v))}`)" for k, v in task.settings.items()) or "-"
+        kinds.append(f"| `{name}` | {own} |")
+    return "\n".join(rows) + "\n\n" + "\n".join(kinds) + "\n"
 
 
 def module_docstring(module: str) -> str:

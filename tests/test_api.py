@@ -90,3 +90,24 @@ def test_python_m_zoo_cli_has_every_sub_command():
     done = subprocess.run([sys.executable, "-m", "zoo.cli", "report", "--help"],
                           capture_output=True, text=True)
     assert done.returncode == 0 and "--format" in done.stdout, done.stderr
+
+
+def test_errors_of_train_and_evaluate_name_that_function(tmp_path):
+    with pytest.raises(ZooError, match=r"suite 'train_and_evaluate' \(zoo.train_and_evaluate\("
+                                       r"'protonet', 'glyphs'\)\).*no hyper-parameter"):
+        zoo.train_and_evaluate("protonet", "glyphs", way=3, shot=1, out=tmp_path / "r",
+                               hparams={"lrr": 0.1}, device="cpu", **TOY)
+    with pytest.raises(ZooError, match=r"zoo.train_and_evaluate\('protonet', 'glyphs'\).*"
+                                       r"unknown setting 'trian_episodes'"):
+        zoo.train_and_evaluate("protonet", "glyphs", way=3, shot=1, out=tmp_path / "r",
+                               trian_episodes=3, device="cpu")
+    with pytest.raises(ZooError, match=r"the dict given to zoo.bench"):
+        zoo.bench({"suite": {"methods": ["protonet"], "trian_episodes": 3}}, tmp_path / "b",
+                  device="cpu")
+
+
+def test_a_folder_with_nothing_to_show_says_why(tmp_path):
+    """An empty table would fail later on its first column without a word: the reader says
+    that the folder holds no results."""
+    with pytest.raises(ZooError, match="holds no results; run `zoo bench --out"):
+        zoo.load_results(tmp_path)

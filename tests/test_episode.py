@@ -72,12 +72,14 @@ def test_support_and_query_are_distinct_examples(glyphs):
 
 def test_way_larger_than_split_is_explained(glyphs):
     n = len(glyphs.splits["val"])
-    with pytest.raises(EpisodeError, match=f"has {n} classes, but way=50.*--way {n}"):
+    with pytest.raises(EpisodeError, match=f"has {n} classes, but way=50: use a way of {n} or "
+                       "less \\(zoo bench: --set ways=...; zoo train and zoo evaluate: --way\\)"):
         EpisodeSampler(glyphs, "val", 50, 1, 1)
 
 
 def test_too_many_examples_per_class_is_explained(glyphs):
-    with pytest.raises(EpisodeError, match="has 20 examples, but shot \\+ query = 21"):
+    with pytest.raises(EpisodeError, match="has 20 examples, but shot \\+ query = 21: .*"
+                       "zoo bench: --set shots=... or --set query=..."):
         EpisodeSampler(glyphs, "test", 5, 5, 16)
 
 

@@ -1,6 +1,8 @@
 """The plugin guide of the documentation works as written: its files (the fenced blocks whose first
 line names a file) are built into a distribution, installed, conformance-checked, and its suites
-run through a tiny ``zoo bench``: the method beside ProtoNet, and the new task kind's suite."""
+run through a tiny ``zoo bench``: the method beside ProtoNet, and the new task kind's suite. The
+commands run one after another in one process, as ``zoo.cli.main`` (what the ``zoo`` script
+calls)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,30 @@ def test_the_guide_imports_only_the_public_api(tmp_path):
     assert not bad, "the plugin guide imports outside the public API:\n" + "\n".join(bad)
 
 
+DRIVER = r"""
+import contextlib, io, json, sys
+
+from zoo.cli import main
+
+outputs = []
+for command in json.loads(sys.argv[1]):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        if command[0] == "pytest":
+            import pytest
+
+            code = int(pytest.main(command[1:]))
+        else:
+            code = main(command[1:])
+    if code:
+        sys.exit(f"{' '.join(command)} exited with {code}:\n{text.getvalue()[-3000:]}")
+    outputs.append(text.getvalue())
+print(json.dumps(outputs))
+"""
+"""Runs ``zoo`` commands (``["zoo", ...]``) and a ``pytest`` run, in order, in one process (one
+import of torch, not one per command), and prints what each wrote, as a JSON list."""
+
+
 @pytest.mark.slow
 def test_the_guide_installs_and_runs_as_written(tmp_path):
     src, site = tmp_path / "src", tmp_path / "site"
@@ -67,32 +93,34 @@ def test_the_guide_installs_and_runs_as_written(tmp_path):
                    check=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
            "ZOO_STRICT_PLUGINS": "1"}
+    out = tmp_path / "results"
+    bench = ("zoo", "bench")
+    commands = [("zoo", "plugins", "--json"),
+                ("pytest", "-q", "-p", "no:cacheprovider", "tests/test_my_plugin.py"),
+                (*bench, "my-suite", "--device", "cpu", "--out", str(out / "a"), "--no-progress"),
+                (*bench, "my-means-suite", "--device", "cpu", "--out", str(out / "b"),
+                 "--no-progress"),
+                ("zoo", "report", str(out / "b"), "--no-plots")]
+    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(commands)], env=env, cwd=src,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    listing, _, _, _, table = json.loads(done.stdout.splitlines()[-1])
 
-    def run(*args: str) -> str:
-        done = subprocess.run([sys.executable, *args], env=env, cwd=src, capture_output=True,
-                              text=True)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout
-
-    plugins = json.loads(run("-m", "zoo.cli", "plugins", "--json"))
+    plugins = json.loads(listing)
     mine = next(p for p in plugins if p["name"] == "my-plugin")
     assert mine["distribution"] == "bayes-meta-zoo-my-plugin" and mine["error"] is None
-    assert mine["registered"]["methods"] == ["my-method", "shrinkage"]
+    assert mine["registered"]["methods"] == ["my-kernel-means", "my-method", "shrinkage"]
     assert mine["registered"]["kernels"] == ["my-laplace"]
     assert mine["registered"]["datasets"] == ["my-means", "my-stripes"]
     assert mine["registered"]["suites"] == ["my-means-suite", "my-suite"]
     assert mine["registered"]["tasks"] == ["my-means"]
-    run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_my_plugin.py")
-    bench = ("-c", "import sys; from zoo.cli import main; sys.exit(main())", "bench")
-    out = tmp_path / "results"
-    run(*bench, "my-suite", "--device", "cpu", "--out", str(out / "a"), "--no-progress")
     lines = [json.loads(x) for x in (out / "a" / "results.jsonl").read_text().splitlines()]
-    assert sorted(line["method"] for line in lines) == ["my-method", "protonet"]
+    assert sorted(line["method"] for line in lines) == ["my-kernel-means", "my-method", "protonet"]
     mine = next(line for line in lines if line["method"] == "my-method")
     assert mine["hparams"]["temperature"] == 5.0
     assert mine["provenance"]["distribution"] == "bayes-meta-zoo-my-plugin"
-    run(*bench, "my-means-suite", "--device", "cpu", "--out", str(out / "b"), "--no-progress")
+    kernel_means = next(line for line in lines if line["method"] == "my-kernel-means")
+    assert kernel_means["kernel"] == "rbf[lengthscale=4]"  # its [methods] kernel, over the default
     lines = [json.loads(x) for x in (out / "b" / "results.jsonl").read_text().splitlines()]
     assert sorted(line["samples"] for line in lines) == [2, 8]
-    table = run(*bench[:2], "report", str(out / "b"), "--no-plots")
     assert "shrinkage" in table and "NLL" in table

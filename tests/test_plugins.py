@@ -174,6 +174,62 @@ def test_an_entry_point_name_published_twice_goes_to_neither(tmp_path, monkeypat
     assert [r.name for r in reg.plugins].count("protonet") == 1 and "protonet" in reg.names("methods")
 
 
+BAD_SUITE = """
+    import zoo
+
+    @zoo.hookimpl
+    def zoo_register_suites(register):
+        register("fine-suite", {"suite": {"methods": ["protonet"], "train_datasets": ["glyphs"]}})
+        register("broken-suite", {"suite": {"methods": ["protonet"], "ways": "five"}})
+"""
+
+SLEEPY = """
+    import time
+
+    time.sleep(0.4)
+"""
+
+
+def test_zoo_suites_lists_the_good_suites_and_names_the_bad_one(tmp_path, monkeypatch, capsys):
+    """One plugin suite with an invalid setting no longer hides every suite."""
+    from zoo.cli import main
+
+    (tmp_path / "zt_bad_suite.py").write_text(textwrap.dedent(BAD_SUITE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [*md.entry_points(group="zoo.plugins"), md.EntryPoint("suites", "zt_bad_suite",
+                                                                "zoo.plugins")]
+    monkeypatch.setattr(plugins, "_REGISTRY", plugins.load(entry_points=eps, strict=True))
+    assert main(["suites"]) == 1
+    out, err = capsys.readouterr()
+    names = [line.split()[0] for line in out.splitlines()[1:]]
+    assert {"quick", "fine-suite", "broken-suite"} <= set(names)
+    assert "zoo: error: suite 'broken-suite' of plugin 'suites' is invalid:" in " ".join(err.split())
+    assert "ways" in err and "Traceback" not in err
+    assert main(["suites", "--json"]) == 1
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["fine-suite"]["error"] is None and "ways" in rows["broken-suite"]["error"]
+
+
+def test_a_slow_plugin_import_is_named(tmp_path, monkeypatch, caplog, capsys):
+    """While it runs (after SLOW_IMPORT_SECONDS) and when it ends, with how long it took."""
+    from zoo.cli import plugins_cmd
+
+    (tmp_path / "zt_sleepy.py").write_text(textwrap.dedent(SLEEPY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "SLOW_IMPORT_SECONDS", 0.1)
+    with caplog.at_level("WARNING"):
+        reg = plugins.load(entry_points=[md.EntryPoint("sleepy", "zt_sleepy", "zoo.plugins")],
+                           strict=True)
+    assert "still importing plugin 'sleepy' (no distribution) after 0 s" in caplog.text
+    assert "plugin 'sleepy' (no distribution) took 0.4 s to import" in caplog.text
+    assert "ZOO_DISABLE_PLUGINS=sleepy skips it" in caplog.text
+    (record,) = [r for r in reg.plugins if r.name == "sleepy"]
+    assert record.import_seconds >= 0.4 and record.to_json()["import_seconds"] == record.import_seconds
+    monkeypatch.setattr(plugins, "_REGISTRY", reg)
+    plugins_cmd(type("Args", (), {"json": False, "detail": False})())
+    assert "sleepy: took 0.4 s to import" in capsys.readouterr().out
+
+
 def test_provenance_names_the_distribution_and_digests_the_code(tmp_path, monkeypatch):
     reg = plugins.load(entry_points=[e for e in md.entry_points(group="zoo.plugins")
                                      if e.name == "protonet"])

@@ -73,14 +73,27 @@ def bench(suite: str | Mapping[str, Any] = "quick", out: str | os.PathLike = "re
     :raises ZooError: when a cell failed (after writing the report of the others): the message
         names each failed cell and its ``error.txt``; running again retries them.
     """
-    from zoo.plugins import registry, task_kind
-    from zoo.runner.bench import run_suite
-    from zoo.runner.report import write_report
+    from zoo.plugins import registry
     from zoo.runner.suite import suite_from_dict
 
     reg = registry()
     if isinstance(suite, Mapping):
-        suite = suite_from_dict("notebook", suite, "zoo.bench", registry=reg)
+        suite = suite_from_dict("notebook", suite, "the dict given to zoo.bench", registry=reg)
+    return _run(suite, out, reg, methods=methods, settings=settings, device=device,
+                workers=workers, executor=executor, address=address, data_dir=data_dir,
+                force=force, progress=progress)
+
+
+def _run(suite: Any, out: str | os.PathLike, reg: Any, *, methods: Sequence[str] | None = None,
+         settings: Mapping[str, Any] | None = None, device: str = "auto", workers: int = 1,
+         executor: str = "local", address: str | None = None, data_dir: str | None = None,
+         force: bool = False, progress: bool = False) -> Any:
+    """:func:`bench` of a suite's name or a parsed :class:`zoo.runner.Suite`, with the plugin
+    registry ``reg``."""
+    from zoo.plugins import task_kind
+    from zoo.runner.bench import run_suite
+    from zoo.runner.report import write_report
+
     outcome = run_suite(suite, out=Path(out), data_dir=data_dir, device=device, executor=executor,
                   address=address, workers=workers, methods=methods, sets=as_sets(settings),
                   force=force, progress=progress, registry=reg)
@@ -107,15 +120,25 @@ def train_and_evaluate(method: str, dataset: str = "glyphs", way: int = 5, shot:
 
     :param hparams: the method's hyper-parameters (``{"temperature": 5}``), checked against its
         declarations.
-    :param settings: other suite settings, e.g. ``train_episodes=200, test_episodes=100,
-        val_every=50, backbone="conv4s"``.
+    :param settings: other suite settings (every key of a suite's ``[suite]`` table but
+        ``task``, ``methods``, ``train_datasets``, ``test_datasets``, ``ways``, ``shots`` and
+        ``seeds``, which the arguments give), e.g. ``train_episodes=200, test_episodes=100,
+        val_every=50, backbone="conv4s", kernel="rbf[lengthscale=2]", query=10``.
+    :raises ZooError: a setting or hyper-parameter that does not exist or is out of range,
+        the message naming ``zoo.train_and_evaluate``.
     """
-    suite = {"suite": {"description": f"{method} on {dataset}, {way}-way {shot}-shot",
-                       "task": "classification", "methods": [method],
-                       "train_datasets": [dataset], "test_datasets": list(test_datasets),
-                       "ways": [way], "shots": [shot], "seeds": [seed], **settings},
-             "methods": {method: dict(hparams or {})}}
-    return bench(suite, out, device=device, data_dir=data_dir, progress=progress)
+    from zoo.plugins import registry
+    from zoo.runner.suite import suite_from_dict
+
+    raw = {"suite": {"description": f"{method} on {dataset}, {way}-way {shot}-shot",
+                     "task": "classification", "methods": [method],
+                     "train_datasets": [dataset], "test_datasets": list(test_datasets),
+                     "ways": [way], "shots": [shot], "seeds": [seed], **settings},
+           "methods": {method: dict(hparams or {})}}
+    reg = registry()
+    suite = suite_from_dict("train_and_evaluate", raw,
+                            f"zoo.train_and_evaluate({method!r}, {dataset!r})", registry=reg)
+    return _run(suite, out, reg, device=device, data_dir=data_dir, progress=progress)
 
 
 def episodes(dataset: str | Any, way: int = 5, shot: int = 1, query: int = 15, *,
@@ -140,7 +163,8 @@ def episodes(dataset: str | Any, way: int = 5, shot: int = 1, query: int = 15, *
 def load_results(folder: str | os.PathLike, *, records: bool = False) -> Any:
     """A results folder's table, one row per method (or variant) and setting with the numbers of
     ``table.csv`` (seeds pooled): a pandas ``DataFrame`` when pandas is installed and
-    ``records`` is false, else a list of dicts.
+    ``records`` is false, else a list of dicts. A folder with no result to show (none finished,
+    or all made by other code than is installed) raises a ``ZooError`` that says which.
 
     Reading results of the built-in task kinds imports neither torch nor the plugins (the task
     kinds do the summing up); a plugin's kind is taken from the process's plugin registry.
@@ -148,7 +172,14 @@ def load_results(folder: str | os.PathLike, *, records: bool = False) -> Any:
     from zoo.plugins import task_kind
     from zoo.runner.collect import load_report
 
-    rows = load_report(Path(folder), task_kind).rows()
+    report = load_report(Path(folder), task_kind)
+    rows = report.rows()
+    if not rows:
+        # an empty table would only fail later, on its first column, without saying why
+        from zoo.runner.collect import other_code_note
+        why = other_code_note(report.other_code) if report.other_code else \
+            "it holds no finished result yet (run a suite into it with zoo.bench or zoo bench)"
+        raise ZooError(f"{folder}: no result to show: {why}")
     if records:
         return rows
     try:

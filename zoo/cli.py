@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -65,6 +66,8 @@ def _listing(kind: str) -> list[dict]:
 @command("plugins", _listing_args)
 def plugins_cmd(args: argparse.Namespace) -> int:
     """List installed plugins, what they registered, and any load error (-v: every name)."""
+    from zoo.plugins import SLOW_IMPORT_SECONDS as slow
+
     records = _listing("plugins")
     if args.json:
         return print_rows(records, True)
@@ -81,6 +84,9 @@ def plugins_cmd(args: argparse.Namespace) -> int:
         if r["error"]:
             print(textwrap.fill(f"{r['name']}: {r['error']}", WIDTH, subsequent_indent="    ",
                                 break_on_hyphens=False, break_long_words=False))
+        if (r.get("import_seconds") or 0) > slow:
+            print(f"{r['name']}: took {r['import_seconds']:.1f} s to import; every command that "
+                  f"loads the plugins waits for it (ZOO_DISABLE_PLUGINS={r['name']} skips it)")
     return 0
 
 
@@ -109,13 +115,21 @@ def tasks_cmd(args: argparse.Namespace) -> int:
 @command("suites", _listing_args)
 def suites_cmd(args: argparse.Namespace) -> int:
     """List benchmark suites (built-in and from plugins; an entry suite runs its own experiment
-    function). zoo bench PATH.toml runs a suite file."""
+    function). zoo bench PATH.toml runs a suite file. An invalid suite is named with what is wrong
+    (exit status 1), the others listed."""
     from zoo.listing import listings
 
-    rows = listings()["suites"]
+    records = listings()["suites"]
+    rows = records
     if not (args.json or args.detail):  # where each comes from: -v
         rows = [{k: r[k] for k in ("name", "plugin", "task", "description")} for r in rows]
-    return print_rows(rows, args.json, args.detail)
+    print_rows(rows, args.json, args.detail)
+    bad = [r for r in records if r.get("error")]
+    for r in bad:
+        print(textwrap.fill(f"zoo: error: suite {r['name']!r} of plugin {r['plugin']!r} is "
+                            f"invalid: {r['error']}", WIDTH, subsequent_indent="    ",
+                            break_on_hyphens=False, break_long_words=False), file=sys.stderr)
+    return 1 if bad else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,18 +153,40 @@ def summary(fn: Callable) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    """Run a sub-command. An error the zoo names, or a file-system error (a name too long, a
+    folder that may not be written), is one line on stderr and exit status 2 (``-v``: the
+    traceback of a file-system error too); Ctrl-C, also while the command starts, is exit 130."""
+    verbose = False
     try:
+        args = build_parser().parse_args(argv)
+        verbose = args.verbose
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(levelname)s %(name)s: %(message)s")
         return args.func(args)
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if verbose or exc.errno is None:
+            raise
+        print(f"zoo: error: {os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("zoo: interrupted; finished work is saved, run the same command to resume",
               file=sys.stderr)
         return 130
+
+
+def os_error(exc: OSError) -> str:
+    """A file-system error in words: what failed, on which path, and what to do."""
+    path = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    text = f"{exc.strerror}: {path}" if path is not None else str(exc.strerror or exc)
+    if exc.errno == errno.ENAMETOOLONG:
+        return (f"{text}; a file or folder name has at most 255 bytes here: choose a shorter "
+                "name (--out, or the method's or suite's name)")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{text}; choose a folder you may write (--out)"
+    return text
 
 
 if __name__ == "__main__":

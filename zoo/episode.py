@@ -43,7 +43,7 @@ class Episode:
     @property
     def query(self) -> int:
         """Queries per class."""
-        return self.query_y.shape[0] // self.way
+        return self.query_x.shape[0] // self.way
 
     @property
     def id(self) -> str:
@@ -67,6 +67,38 @@ class Episode:
                        query_y=torch.zeros(self.unknown_x.shape[0], dtype=torch.long,
                                            device=self.query_y.device), unknown_x=None)
 
+    def unlabelled(self) -> UnlabelledEpisode:
+        """The episode without its query labels: what ``predict`` is given."""
+        return UnlabelledEpisode(self.support_x, self.support_y, self.query_x, None, self.way,
+                                 self.shot, self.info)
+
+
+HIDDEN = ("predict is given the query inputs without their labels: a prediction may use the "
+          "labelled support set and the query inputs only (the runner scores it against the labels "
+          "afterwards); read labels in meta_loss, which trains on them")
+
+
+class UnlabelledEpisode(Episode):
+    """An :class:`Episode` whose query labels are withheld (:meth:`Episode.unlabelled`): reading
+    ``query_y`` raises an ``AttributeError`` that says why. It holds no labels to read: a
+    prediction made from it cannot have used them."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "query_y":
+            raise AttributeError(f"episode.query_y: {HIDDEN}")
+        return super().__getattribute__(name)
+
+    def __repr__(self) -> str:
+        return (f"UnlabelledEpisode({self.id}, way={self.way}, shot={self.shot}, "
+                f"queries={self.query_x.shape[0]})")
+
+    def to(self, device: torch.device | str) -> UnlabelledEpisode:
+        return UnlabelledEpisode(self.support_x.to(device), self.support_y.to(device),
+                                 self.query_x.to(device), None, self.way, self.shot, self.info)
+
+    def unlabelled(self) -> UnlabelledEpisode:
+        return self
+
 
 def episode_seed(seed: int, dataset: str, split: str, way: int, shot: int, query: int,
                  index: int) -> int:
@@ -89,14 +121,17 @@ class EpisodeSampler:
         if way > n:
             raise EpisodeError(
                 f"split {split!r} of data set {dataset.name!r} has {n} classes, but way={way}: "
-                f"use --way {n} or less, or a data set with more classes")
+                f"use a way of {n} or less (zoo bench: --set ways=...; zoo train and zoo "
+                f"evaluate: --way), or a data set with more classes")
         sizes = dataset.class_sizes[self.classes]
         smallest = int(sizes.argmin())
         if shot + query > int(sizes[smallest]):
             raise EpisodeError(
                 f"class {dataset.class_names[int(self.classes[smallest])]!r} in split {split!r} of "
                 f"{dataset.name!r} has {int(sizes[smallest])} examples, but shot + query = "
-                f"{shot + query}: lower --shot or --query")
+                f"{shot + query}: lower the shot or the queries per class (zoo bench: --set "
+                f"shots=... or --set query=... / train_query=...; zoo train and zoo evaluate: "
+                f"--shot or --query)")
         self._sizes = sizes
 
     def seed_for(self, index: int) -> int:

@@ -37,7 +37,14 @@ def _option(kernel: str, name: str, value: object, smallest: float = 0.0,
 
 
 class Kernel(nn.Module):
-    """``k(x1, x2) = outputscale * base(x1, x2)``; subclasses define ``base`` and its diagonal."""
+    """``k(x1, x2) = outputscale * base(z1, z2)`` on prepared features ``z = prepare(x)``.
+
+    A subclass defines :meth:`base` (and :meth:`base_diag` where the diagonal is cheaper than
+    the matrix's). A method calls ``z = kernel.prepare(x)`` once on all of an episode's features,
+    then :meth:`gram` for a block of the matrix and :meth:`gram_diag` for its diagonal, both with
+    the outputscale; ``kernel(x1, x2)`` and :meth:`diag` do the same from unprepared features.
+    The host builds a method's kernel with ``batch_shape=(way,)`` when its ``per_class_kernel``
+    hyper-parameter is true, else ``()``."""
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), outputscale: float = 1.0,
                  learn_outputscale: bool = True):
@@ -62,9 +69,13 @@ class Kernel(nn.Module):
         return x
 
     def base(self, z1: Tensor, z2: Tensor) -> Tensor:
+        """The kernel without its outputscale, ``[*batch, n1, n2]`` from prepared features
+        ``[n, d]`` or ``[*batch, n, d]``: what a subclass defines."""
         raise NotImplementedError
 
     def base_diag(self, z: Tensor) -> Tensor:
+        """The diagonal of ``base(z, z)``, ``[*batch, n]`` (or a shape that broadcasts to it);
+        a subclass overrides it where that is cheaper than the matrix."""
         return torch.diagonal(self.base(z, z), dim1=-2, dim2=-1)
 
     def gram(self, z1: Tensor, z2: Tensor) -> Tensor:
@@ -72,6 +83,8 @@ class Kernel(nn.Module):
         return self._positive(self.raw_outputscale) * self.base(z1, z2)
 
     def gram_diag(self, z: Tensor) -> Tensor:
+        """The diagonal of ``gram(z, z)``, ``[*batch, n]``, from prepared features (what
+        :func:`zoo.testing.check_kernel` holds equal to it)."""
         return self._positive(self.raw_outputscale)[..., 0] * self.base_diag(z)
 
     def map_dim(self, d: int) -> int | None:
@@ -90,6 +103,7 @@ class Kernel(nn.Module):
         return self._positive(self.raw_outputscale).to(phi.dtype).sqrt() * phi
 
     def forward(self, x1: Tensor, x2: Tensor | None = None) -> Tensor:
+        """:meth:`gram` of unprepared features (both prepared together)."""
         if x2 is None:
             z = self.prepare(x1)
             return self.gram(z, z)
@@ -97,6 +111,7 @@ class Kernel(nn.Module):
         return self.gram(z[..., : x1.shape[-2], :], z[..., x1.shape[-2]:, :])
 
     def diag(self, x: Tensor) -> Tensor:
+        """:meth:`gram_diag` of unprepared features."""
         return self.gram_diag(self.prepare(x))
 
     def extra_repr(self) -> str:
@@ -170,7 +185,7 @@ def _distance(x1: Tensor, x2: Tensor) -> Tensor:
 
 class MaternKernel(RBFKernel):
     """Matern with smoothness ``nu`` in {0.5, 1.5, 2.5}, exact at coincident points (``k(x, x)``
-    is the outputscale, so the diagonal of :meth:`gram` equals :meth:`diag`)."""
+    is the outputscale, so the diagonal of :meth:`gram` equals :meth:`gram_diag`)."""
 
     def __init__(self, feature_dim: int, batch_shape: Sequence[int] = (), nu: float = 2.5, **options):
         if nu not in (0.5, 1.5, 2.5):

@@ -25,7 +25,7 @@ from typing import Any
 from zoo.hookspecs import ENTRY_POINT_GROUP
 from zoo.paths import cache_root
 
-VERSION = 1
+VERSION = 2
 """Bumped when the layout of a stored listing changes."""
 
 KEEP = 8
@@ -104,6 +104,7 @@ def first_paragraph(doc: str | None) -> str:
 
 def compute() -> dict[str, list[dict[str, Any]]]:
     """The listings, from the process's registry."""
+    from zoo.errors import ZooError
     from zoo.plugins import registry
     from zoo.runner.suite import load_suite, suite_names
 
@@ -111,12 +112,18 @@ def compute() -> dict[str, list[dict[str, Any]]]:
     methods = sorted(reg.items("methods").items())
     suites = []
     for name in suite_names(reg):
-        suite = load_suite(name, reg)
+        try:
+            suite = load_suite(name, reg)
+        except ZooError as exc:  # one invalid suite is named; the others are still listed
+            suites.append({"name": name, "plugin": reg.owner("suites", name), "task": "-",
+                           "description": "INVALID (see below)", "source": "-",
+                           "error": str(exc)})
+            continue
         entry = suite.settings["entry"]
         suites.append({"name": name, "plugin": reg.owner("suites", name),
                        "task": "entry" if entry else suite.settings["task"],
                        "description": suite.settings["description"], "source": suite.source,
-                       **({"entry": entry} if entry else {})})
+                       "error": None, **({"entry": entry} if entry else {})})
     return {
         "plugins": [r.to_json() for r in reg.plugins],
         "datasets": [{"name": n, "plugin": reg.owner("datasets", n),

@@ -47,7 +47,10 @@ class BaseMethod(Configurable, nn.Module):
             doc), merged along the class hierarchy; the runner's ``--set`` may override exactly
             these, and :func:`resolve_hparams` validates them once.
         uses_kernel / default_kernel / default_backbone: what is built with the method (by
-            :func:`build_method` for classification).
+            :func:`build_method` for classification). ``default_kernel`` is a registered
+            kernel's name, used when neither the suite's ``kernel`` nor the method's own
+            (``--set NAME.kernel=...``) names one; the kernel gets ``batch_shape=(way,)`` when the
+            method's ``per_class_kernel`` hyper-parameter is true, else ``()``.
         meta_loss_name / inner_objective_name / inner_objective_better: what ``meta_loss``
             returns and what a prediction's ``extras["inner_objective"]`` holds per inner step, in
             words, and whether that objective is better ``"lower"`` or ``"higher"`` (``None``: a
@@ -102,12 +105,18 @@ class Method(BaseMethod):
         uncertainty_name: what ``Prediction.extras["uncertainty"]`` holds, in words, for a
             method that gives its own per-query uncertainty (a GP's latent variance); empty:
             none. :func:`zoo.testing.check_method` holds a method to it.
+        transductive: a query's prediction may depend on the order of the other queries. One
+            that is not (the default) predicts each query from the support set and that query,
+            or from the query set as a set: shuffling the queries permutes its predictions,
+            which :func:`zoo.testing.check_method` checks (queries arrive sorted by class, so a
+            prediction read off their positions is caught).
     """
 
     task: ClassVar[str] = "classification"
     default_backbone: ClassVar[str | None] = "conv4s"
     any_way: ClassVar[bool] = False
     uncertainty_name: ClassVar[str] = ""
+    transductive: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone, *, way: int, kernel: Kernel | None = None,
                  registry: Registry | None = None, **hparams: Any):
@@ -123,7 +132,8 @@ class Method(BaseMethod):
 
     @abstractmethod
     def predict(self, episode: Episode) -> Prediction:
-        """Class probabilities for ``episode.query_x`` given the labelled support only."""
+        """Class probabilities for ``episode.query_x`` given the labelled support only: the
+        runner passes the episode without its query labels (:meth:`Episode.unlabelled`)."""
 
     @classmethod
     def scores_any_way(cls, hparams: Mapping[str, Any]) -> bool:

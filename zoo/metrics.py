@@ -128,6 +128,11 @@ def brier(probs: Tensor, y: Tensor) -> float:
     return float(query_brier(probs, y).mean())
 
 
+UNIFORM_SPREAD = 1e-9
+"""Log-probabilities of one query that differ by less than this are equal: uniform predictions
+(a nearly uniform GP predictive that is still accurate differs by far more)."""
+
+
 def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = (1e-4, 1e4),
                     what: str = "") -> float:
     """The temperature ``T`` minimising the NLL of ``softmax(log_probs / T)`` (fit on validation
@@ -152,7 +157,12 @@ def fit_temperature(log_probs: Tensor, y: Tensor, bounds: tuple[float, float] = 
 
     b, _ = log_newton_root(slope, 1 / bounds[1], 1 / bounds[0])
     t = 1 / b
-    if not bounds[0] * 1.01 < t < bounds[1] / 1.01:
+    if d.size and float(np.abs(d).max()) < UNIFORM_SPREAD:
+        log.warning("%sthe predictions are uniform (every class equally likely for every "
+                    "validation query): the model has collapsed and scores chance, whatever its "
+                    "temperature; a learning rate too large does this (lower --set lr=...)",
+                    f"{what}: " if what else "")
+    elif not bounds[0] * 1.01 < t < bounds[1] / 1.01:
         log.warning("%stemperature fit stopped at its bound T = %.3g (bounds %s)",
                     f"{what}: " if what else "", t, bounds)
     return t

@@ -27,8 +27,11 @@ import logging
 import os
 import re
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -44,6 +47,8 @@ log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 KINDS = tuple(hookspecs.HOOKS)
+SLOW_IMPORT_SECONDS = 5.0
+"""A plugin import longer than this is named while it runs and when it ends."""
 _SINGULAR = {"methods": "method", "backbones": "backbone", "kernels": "kernel",
              "datasets": "data set", "suites": "suite", "estimators": "estimator",
              "tasks": "task kind"}
@@ -60,11 +65,12 @@ class PluginRecord:
     registered: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
     error: str | None = None
     disabled: bool = False
+    import_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "hooks": self.hooks, "registered": self.registered, "error": self.error,
-                "disabled": self.disabled}
+                "disabled": self.disabled, "import_seconds": self.import_seconds}
 
 
 class Registry:
@@ -211,7 +217,8 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
             record.disabled = True
             continue
         try:
-            module = ep.load()
+            with _timed_import(record):
+                module = ep.load()
         except Exception as exc:  # isolation, as above
             record.error = _describe(exc)
         else:
@@ -239,6 +246,30 @@ def load(*, strict: bool | None = None, disabled: Iterable[str] | None = None,
                 raise PluginError(f"plugin {record.name!r} failed ({record.error}); "
                                   "unset ZOO_STRICT_PLUGINS to skip it instead")
     return reg
+
+
+@contextmanager
+def _timed_import(record: PluginRecord) -> Iterator[None]:
+    """Import one plugin, saying which one while it takes longer than :data:`SLOW_IMPORT_SECONDS`
+    (every command that loads the plugins waits for it), and how long it took in the end."""
+    def still() -> None:
+        log.warning("still importing plugin %r (%s) after %.0f s; every zoo command that loads "
+                    "the plugins waits for it (ZOO_DISABLE_PLUGINS=%s skips it)", record.name,
+                    _dist(record), SLOW_IMPORT_SECONDS, record.name)
+
+    timer = threading.Timer(SLOW_IMPORT_SECONDS, still)
+    timer.daemon = True
+    start = time.perf_counter()
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        record.import_seconds = round(time.perf_counter() - start, 3)
+        if record.import_seconds > SLOW_IMPORT_SECONDS:
+            log.warning("plugin %r (%s) took %.1f s to import; every zoo command that loads the "
+                        "plugins waits for it (ZOO_DISABLE_PLUGINS=%s skips it)", record.name,
+                        _dist(record), record.import_seconds, record.name)
 
 
 def _by_name(eps: Iterable[md.EntryPoint]) -> list[tuple[md.EntryPoint, list[md.EntryPoint]]]:

@@ -1,13 +1,16 @@
 """Conformance checks every registered component must pass, and small fixtures, importable by
 plugins' tests (in the spirit of gpytorch's ``BaseKernelTestCase``).
 
-- :func:`check_method`: probabilities of shape ``[Q, way]`` that sum to one; the same
-  probabilities for the same episode whatever the global RNG state; a finite ``meta_loss`` whose
-  gradient reaches the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes; and, for a
-  method that declares it scores any way (:meth:`zoo.Method.scores_any_way`), 20-way episodes
-  scored by a model built 2-way.
-- :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` equal to its
-  diagonal, per-class batching, gradients that reach the kernel's parameters and the features.
+- :func:`check_method`: probabilities of shape ``[Q, way]`` that sum to one, predicted from the
+  episode without its query labels (as the runner asks); the same probabilities for the same
+  episode whatever the global RNG state; shuffled queries give the predictions shuffled alike
+  (unless the method declares ``transductive``); a finite ``meta_loss`` whose gradient reaches
+  the backbone; all of it for 2-way 1-shot and 20-way 5-shot episodes; and, for a method that
+  declares it scores any way (:meth:`zoo.Method.scores_any_way`), 20-way episodes scored by a
+  model built 2-way.
+- :func:`check_kernel`: a symmetric positive semi-definite gram matrix, ``gram_diag`` (the
+  outputscale times the subclass's ``base_diag``) equal to its diagonal, per-class batching,
+  gradients that reach the kernel's parameters and the features.
 - :func:`check_dataset`: disjoint splits, class sizes, what ``gather`` returns, episodes that are
   a function of their coordinates.
 - :func:`check_task`: a task kind with one of its methods on one data set: episodes that are a
@@ -67,6 +70,8 @@ class GaussianLikelihood:
 
 
 SETTINGS = ((2, 1), (20, 5))
+PERMUTATION_ATOL = 1e-5
+"""How far the predictions of shuffled queries may be from the predictions shuffled."""
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -190,10 +195,10 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         method.eval()
         with torch.no_grad():
             torch.manual_seed(1)
-            prediction = method.predict(episode)
-            first = prediction.probs
+            prediction = method.predict(episode.unlabelled())
+            first = _predict(method, episode, at)
             torch.manual_seed(2)
-            again = method.predict(episode).probs
+            again = _predict(method, episode, at)
         q = episode.query_y.numel()
         _check_uncertainty(method, prediction, q, at)
         assert first.shape == (q, way), \
@@ -206,6 +211,8 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         assert torch.equal(first, again), \
             f"{at}: predict depends on the global RNG state; draw from " \
             "zoo.seeds.episode_generator(episode)"
+        if not method.transductive:
+            _check_permuted_queries(method, episode, first, at)
         _check_objective_names(method, at)
     _check_any_way(name, settings, **hparams)
 
@@ -223,6 +230,32 @@ def _check_uncertainty(method: Any, prediction: Any, queries: int, at: str) -> N
         "(one number per query) or set uncertainty_name = ''"
     assert tuple(own.shape) == (queries,) and torch.isfinite(own).all(), \
         f"{at}: extras['uncertainty'] has shape {tuple(own.shape)}; give one finite number per query"
+def _predict(method: Any, episode: Episode, at: str) -> Tensor:
+    """``predict``'s probabilities for ``episode`` without its query labels, as the runner asks."""
+    try:
+        return method.predict(episode.unlabelled()).probs
+    except AttributeError as exc:
+        if "query_y" in str(exc):
+            raise AssertionError(f"{at}: predict read the query labels ({exc})") from exc
+        raise
+
+
+def _check_permuted_queries(method: Any, episode: Episode, probs: Tensor, at: str) -> None:
+    """Shuffled queries give the same predictions, shuffled alike (queries come sorted by class:
+    a prediction read off positions is caught). Up to the noise of draws a method makes per query
+    position (its episode's seed is the same): a tolerance far below the gap between a prediction
+    and the prediction of another query."""
+    g = torch.Generator().manual_seed(3)
+    perm = torch.randperm(episode.query_x.shape[0], generator=g)
+    shuffled = dataclasses.replace(episode, query_x=episode.query_x[perm],
+                                   query_y=episode.query_y[perm])
+    with torch.no_grad():
+        got = _predict(method, shuffled, at)
+    worst = float((got.double() - probs[perm].double()).abs().max())
+    assert worst <= PERMUTATION_ATOL, \
+        f"{at}: shuffling the queries does not shuffle the predictions alike (they differ by " \
+        f"up to {worst:.3g}): a prediction must not depend on a query's position; set " \
+        "transductive = True on the class if it uses the order of the query set"
 
 
 def _check_objective_names(method: Any, at: str) -> None:

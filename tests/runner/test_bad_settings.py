@@ -100,3 +100,36 @@ def test_kernels_and_backbones_refuse_impossible_options():
         mlp(hidden=(32, -4))
     assert RBFKernel(4, lengthscale=0.5).lengthscale.item() == pytest.approx(0.5)
     assert conv4s(width=8, depth=2).width == 8
+
+
+def test_uniform_predictions_are_named_as_such(caplog):
+    import torch
+
+    from zoo.metrics import fit_temperature
+
+    y = torch.tensor([0, 1, 2, 0])
+    with caplog.at_level("WARNING"):
+        fit_temperature(torch.full((4, 3), -1.0986), y, what="m glyphs")
+    assert "m glyphs: the predictions are uniform" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # nearly uniform but informative: no such warning
+        fit_temperature(torch.log_softmax(torch.randn(4, 3, generator=torch.Generator()
+                                                      .manual_seed(0)) * 1e-3, 1), y)
+    assert "uniform" not in caplog.text
+
+
+def test_a_string_hyperparameter_keeps_the_text_as_written():
+    suite = apply_overrides(tiny_suite(methods=["maml"]), ["maml.protocol=nan"], ["maml"],
+                            registry=registry())
+    assert suite.method_overrides["maml"]["protocol"] == "nan"
+    with pytest.raises(SuiteError, match="protocol=.nan. is not allowed"):
+        from zoo.runner.cells import expand_cells
+
+        expand_cells(suite, ["maml"], registry())
+
+
+def test_no_validation_names_its_reason(tmp_path, caplog):
+    with caplog.at_level("WARNING"):
+        run_suite(tiny_suite(val_episodes=0), out=tmp_path / "o", device="cpu", progress=False)
+    assert "val_episodes = 0 asks for no validation" in caplog.text
+    assert "has no validation split" not in caplog.text

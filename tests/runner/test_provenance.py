@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata as md
 
+import pytest
+
 from zoo.plugins import registry
 from zoo.runner.cells import expand_cells
 
@@ -119,7 +121,23 @@ def test_a_changed_core_is_named_and_its_cells_run_again(tmp_path, monkeypatch, 
     assert report.other_code == {"protonet (the zoo core's code changed since (code cccccccccccc, "
                                  f"now {real['core']['digest'][:12]}))": 1}
     assert "1 result(s) made by other code than is installed are not shown" in caplog.text
-    assert "Not shown: 1 result(s) made by other code" in markdown(report)
+    table = markdown(report)
+    assert "1 result(s) made by other code than is installed are not shown: 1 of protonet" in table
+    assert "another --out starts a folder without them" in table
+
+
+def test_a_folder_only_other_code_made_is_refused_by_the_reader_with_why(tmp_path, monkeypatch):
+    """zoo.load_results on a folder whose every result another core made raises and names them,
+    instead of returning an empty table without columns."""
+    import zoo
+    from zoo.errors import ZooError
+    from zoo.plugins import registry
+
+    out = tmp_path / "out"
+    real = registry().provenance("methods", "protonet")
+    _run(out, {**real, "core": {**real["core"], "digest": "c" * 64}}, monkeypatch)
+    with pytest.raises(ZooError, match="no result to show: 1 result.s. made by other code"):
+        zoo.load_results(out, records=True)
 
 
 def test_the_report_shows_the_installed_code_s_results_whatever_the_order(tmp_path, monkeypatch):

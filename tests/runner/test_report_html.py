@@ -197,6 +197,25 @@ def test_the_page_is_one_file_with_every_figure_embedded(results):
         assert what in page  # the provenance
 
 
+def test_without_plots_the_page_links_the_figures_already_there(results, tmp_path):
+    """``zoo report --no-plots`` on a folder whose figures were drawn before says they were not
+    redrawn and links them (they may show other results); with none there, it says so."""
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    write_report(copy, plots=False)
+    page = (copy / "report" / "report.html").read_text()
+    figures = sorted(p.name for p in (copy / "report").glob("*.png"))
+    assert figures and "data:image/png" not in page and "were not drawn" not in page
+    assert f"not redrawn (<code>--no-plots</code>). This folder holds {len(figures)} figure(s)" in page
+    for name in figures:
+        assert f'<a href="{name}"><code>{name}</code></a>' in page
+    for png in (copy / "report").glob("*.png"):
+        png.unlink()
+    write_report(copy, plots=False)
+    page = (copy / "report" / "report.html").read_text()
+    assert "Figures were not drawn (<code>--no-plots</code>); run" in page and ".png" not in page
+
+
 def test_numbers_travel_without_loss_and_cannot_end_the_script_block():
     text = script_json({"a": math.nan, "b": [math.inf, -math.inf], "c": "</script><!--"})
     assert "</script" not in text and "<!--" not in text

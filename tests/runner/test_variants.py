@@ -120,3 +120,12 @@ def test_a_kernel_per_method_overrides_the_suite_kernel(kernel_proto):
     assert cell.kernel == "cosine"
     with pytest.raises(SuiteError, match="no hyper-parameter 'kernel'"):
         apply_overrides(suite, ["protonet.kernel=cosine"], ["protonet"], registry=registry())
+
+
+def test_a_misspelt_hyper_parameter_of_a_kernel_method_names_its_kernel_key(kernel_proto):
+    suite = variant_suite(parts=[], kernel="rbf")
+    with pytest.raises(SuiteError, match=r"no hyper-parameter 'kernle'; it has: .*lr.*\(and "
+                                         r"kernel: a kernel spec"):
+        apply_overrides(suite, ["kernel-proto.kernle=cosine"], ["kernel-proto"], registry=registry())
+    with pytest.raises(SuiteError, match=r"no hyper-parameter 'kernle'; it has: [^(]*$"):
+        apply_overrides(suite, ["protonet.kernle=cosine"], ["protonet"], registry=registry())

@@ -70,3 +70,36 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
         for p in workers:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+ORPHAN = ("import os, sys, time; from pathlib import Path; "
+          "from zoo.runner.executors import exit_with_parent; from zoo.io import atomic_write_text; "
+          "parent = int(sys.argv[1]); exit_with_parent(parent, every=3600); "
+          "print('ready', flush=True); "
+          "[time.sleep(0.01) for _ in iter(lambda: os.getppid() == parent, False)]; "
+          "atomic_write_text(Path(sys.argv[2]), 'late'); "
+          "Path(sys.argv[2] + '.after').write_text('still running')")
+PARENT = ("import os, subprocess, sys, time; "
+          "w = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(os.getpid()), sys.argv[2]], "
+          "stdout=subprocess.PIPE, text=True); "
+          "print(w.pid, w.stdout.readline().strip(), flush=True); time.sleep(300)")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_worker_writes_nothing_once_its_parent_is_gone(tmp_path):
+    """The worker's watcher polls rarely here (an hour), so only the check before each write
+    stands between the worker and a write after its parent, the lock's holder, was killed: the
+    worker tries to write as soon as it sees its parent gone."""
+    target = tmp_path / "result.json"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, ORPHAN, str(target)],
+                              stdout=subprocess.PIPE, text=True)
+    worker, ready = parent.stdout.readline().split()
+    assert ready == "ready"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while alive(int(worker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(int(worker))
+    assert not target.exists() and not Path(f"{target}.after").exists()
+    assert not list(tmp_path.glob(".*.tmp"))

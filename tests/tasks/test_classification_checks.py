@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from zoo.errors import EpisodeError
 from zoo.method import Prediction
 from zoo.tasks import PredictionError
 from zoo.tasks.base import SIMPLEX_TOLERANCE
@@ -157,3 +158,18 @@ def test_seeds_repeated_on_fixed_episodes_do_not_narrow_the_interval():
     sampled = TASK.summarise(records(accuracy, lambda s, e: 100 * s + e))
     assert (sampled["accuracy"], sampled["ci95"]) == pytest.approx(
         mean_ci(accuracy.flatten().numpy()), rel=1e-12)
+
+
+def test_a_shape_other_than_the_fixed_episodes_names_both_forms_of_the_fix():
+    class Fixed:
+        name, device = "fixed-runs", "cpu"
+
+        def fixed_episodes(self, split):
+            return [toy_episode(20, 1, query=1)]
+
+    shape = {"way": 5, "shot": 1}
+    with pytest.raises(EpisodeError, match=r"fixed 20-way 1-shot episodes, but the model is 5-way "
+                                           r"1-shot: use way 20 and shot 1 \(zoo bench: --set "
+                                           r"ways=20 --set shots=1; zoo train and zoo evaluate: "
+                                           r"--way 20 --shot 1\)"):
+        TASK.test_episodes(Fixed(), shape, seed=0, count=1)

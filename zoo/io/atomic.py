@@ -26,6 +26,24 @@ class NoSpaceError(ZooError):
     """A write that failed because its file system is full (or the user's quota is spent)."""
 
 
+_write_check: Callable[[], None] | None = None
+
+
+def set_write_check(check: Callable[[], None] | None) -> None:
+    """Run ``check`` before each write of :mod:`zoo.io` in this process (it may end the
+    process): a pool worker's check that its parent, the holder of the results folder's lock,
+    is alive, so that no write lands once the lock is gone."""
+    global _write_check
+    _write_check = check
+
+
+def before_write() -> None:
+    """The check of :func:`set_write_check`, if any; every write to a results folder calls it
+    just before it becomes visible (a rename, an append, a marker)."""
+    if _write_check is not None:
+        _write_check()
+
+
 def mount_point(path: str | os.PathLike) -> Path:
     """The mount point of the file system holding ``path`` (or its nearest existing parent)."""
     path = Path(os.path.abspath(path))
@@ -60,12 +78,14 @@ def _atomic(path: str | os.PathLike, write: Callable[[IO], None], mode: str = "w
     that says so (:class:`NoSpaceError`), the temporary file removed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}_{threading.get_ident()}.tmp")
+    before_write()
     try:
         with saying_no_space(path):
             if not path.parent.is_dir():
                 path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, mode) as f:
                 write(f)
+            before_write()
             os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -90,6 +110,7 @@ def write_marker(path: str | os.PathLike) -> Path:
     """Create the empty file ``path`` (a ``done`` marker). Its creation is atomic by itself: no
     temporary file and rename, which cost as much again."""
     path = Path(path)
+    before_write()
     with saying_no_space(path):
         path.touch()
     return path

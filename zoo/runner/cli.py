@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import sys
@@ -201,7 +202,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     from zoo.runner.cell import DatasetCache
     from zoo.runner.cells import Cell
     from zoo.runner.evaluate import evaluate
-    from zoo.runner.train import build_for_cell, has_split, load_run
+    from zoo.runner.train import build_for_cell, has_split, load_run, load_weights
     from zoo.runner.validate import check_settings
 
     check_settings({"ways": args.way, "shots": args.shot, "query": args.query,
@@ -238,7 +239,9 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     if args.split == "val" and not has_split(test_data, "val"):
         raise ZooError(f"data set {args.dataset!r} has no validation split; drop --split val")
     method = build_for_cell(cell, train_data, device, reg)
-    method.load_state_dict(blob["state_dict"])
+    load_weights(method, blob["state_dict"], Path(args.run) / "model.pt" if Path(args.run).is_dir()
+                 else Path(args.run),
+                 f"the {config['method']} model its configuration describes")
     records = evaluate(task, method, config["method"], test_data, shape=cell.shape, seed=seed,
                        count=args.episodes, temperature=blob["temperature"],
                        progress=not args.no_progress, label=f"{config['method']} {args.dataset}",
@@ -264,17 +267,39 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, help="a results folder")
     p.add_argument("--format", default="md", choices=["md", "csv", "json", "latex", "html"],
                    help="what to print (html: the path of the page); every format is (re)written "
-                        "under DIR/report")
+                        "under DIR/report (or --out)")
     p.add_argument("--no-plots", action="store_true")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=None, metavar="REPORT_DIR",
+                       help="write the tables and figures into REPORT_DIR instead of DIR/report "
+                            "(results that may not be written: a read-only copy)")
+    where.add_argument("--print-only", action="store_true",
+                       help="write nothing: only print the table in --format (not html)")
 
 
 def report_cmd(args: argparse.Namespace) -> int:
     """(Re)generate a results folder's tables and figures and print the table."""
+    from zoo.errors import ZooError
     from zoo.plugins import task_kind
+    from zoo.runner.collect import load_report
     from zoo.runner.report import render, write_report
 
-    report = write_report(args.dir, plots=not args.no_plots, kinds=task_kind)
-    print(args.dir / "report" / "report.html" if args.format == "html" else render(report, args.format))
+    if args.print_only:
+        if args.format == "html":
+            raise ZooError("--print-only prints a table: choose --format md, csv, json or latex "
+                           "(the html page is a file: give --out REPORT_DIR)")
+        print(render(load_report(args.dir, task_kind), args.format))
+        return 0
+    out = args.dir / "report" if args.out is None else args.out
+    try:
+        report = write_report(args.dir, plots=not args.no_plots, kinds=task_kind, out=out)
+    except OSError as exc:  # read-only results: say where else the report can go
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise
+        raise ZooError(f"cannot write the report into {out} ({exc.strerror}); give --out "
+                       "REPORT_DIR to write it elsewhere, or --print-only to print the table "
+                       "and write nothing") from None
+    print(out / "report.html" if args.format == "html" else render(report, args.format))
     return 0
 
 

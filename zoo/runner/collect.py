@@ -237,9 +237,7 @@ def _load_report(root: Path, kinds: TaskKinds) -> Report:
         current += 1
         shown[(*where(r), r["seed"], r.get("query"))] = r
     if other:
-        log.warning("%s: %d result(s) made by other code than is installed are not shown: %s. "
-                    "Run their suite again to compute them with the installed code", root,
-                    sum(map(len, other.values())), "; ".join(sorted(other)))
+        log.warning("%s: %s", root, other_code_note({k: len(v) for k, v in other.items()}))
     superseded = current - len(shown)
     if superseded:
         log.warning("%s: %d result(s) replaced by later results of the same method, setting, "
@@ -279,6 +277,16 @@ def _load_report(root: Path, kinds: TaskKinds) -> Report:
                     references[s] = suite["references"][s[1]]
     return Report(entries, settings, methods, error_settings, references, tasks,
                   {k: len(v) for k, v in sorted(other.items())})
+
+
+def other_code_note(other: dict[str, int]) -> str:
+    """The sentence that names the results a report leaves out because other code made them
+    (another version of a method, or of the zoo's core), and what to do about them."""
+    return (f"{sum(other.values())} result(s) made by other code than is installed are not shown: "
+            + "; ".join(f"{n} of {what}" for what, n in sorted(other.items()))
+            + ". They stay in the folder as a record; `zoo bench` with the same suite and --out "
+            "computes their cells with the installed code (those already computed again are "
+            "shown), and another --out starts a folder without them.")
 
 
 def builtin_kind(name: str) -> Task:

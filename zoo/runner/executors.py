@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
+from zoo.io import set_write_check
 from zoo.runner.cell import DatasetCache, Outcome, run_units
 from zoo.runner.cells import Cell
 from zoo.runner.malloc import VARIABLE, for_workers, worker_tunables
@@ -149,13 +150,20 @@ def exit_with_parent(parent: int, every: float = 0.5) -> None:
     A killed ``zoo bench`` would otherwise leave its workers training (and holding their CPU) for
     the rest of their unit. A thread that polls the parent's pid is used rather than Linux's
     ``PR_SET_PDEATHSIG``, which fires when the *thread* that started the worker ends, not the
-    process, and exists on Linux only.
+    process, and exists on Linux only. Between two polls, every write of the worker checks the
+    parent first (:func:`zoo.io.set_write_check`): the parent's lock on the results folder dies
+    with it, so a write after that could meet the next writer's.
     """
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every)
-        os._exit(1)
+    def alive() -> None:
+        if os.getppid() != parent:
+            os._exit(1)
 
+    def watch() -> None:
+        while True:
+            alive()
+            time.sleep(every)
+
+    set_write_check(alive)  # and no write once the parent (the lock's holder) is gone
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 

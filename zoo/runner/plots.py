@@ -51,16 +51,25 @@ def legend_outside(fig: Any, ax: Any) -> None:
                    ncols=1 + len(labels) // 18)
 
 
+SLUG_CHARS = 64
+"""The longest file-name part :func:`slug` gives: a figure's name joins up to three, within the
+255 bytes a file name may have."""
+
+
 def slug(text: str) -> str:
     """A file-name part for ``text``: lower-case ASCII letters and digits, accents dropped, other
-    letters by their Unicode names (``α`` -> ``alpha``), every other run one ``-``."""
+    letters by their Unicode names (``α`` -> ``alpha``), every other run one ``-``; one longer
+    than :data:`SLUG_CHARS` is cut, with a digest of the whole text, to that length."""
     parts = []
     for ch in unicodedata.normalize("NFKD", text):
         if ch.isascii():
             parts.append(ch)
         elif ch.isalnum():
             parts.append(f"-{unicodedata.name(ch, 'x').split()[-1]}-")
-    return re.sub(r"[^A-Za-z0-9]+", "-", "".join(parts)).strip("-").lower()
+    out = re.sub(r"[^A-Za-z0-9]+", "-", "".join(parts)).strip("-").lower()
+    if len(out) > SLUG_CHARS:
+        out = f"{out[:SLUG_CHARS - 9].rstrip('-')}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+    return out
 
 
 def unique_slugs(texts: list[str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io import atomic_write_json, atomic_write_text
-from zoo.runner.collect import Report, TaskKinds, load_report
+from zoo.runner.collect import Report, TaskKinds, load_report, other_code_note
 from zoo.runner.plots import draw_all
 from zoo.runner.report_html import html_report
 
@@ -76,9 +76,7 @@ def markdown(report: Report) -> str:
         parts.append("\n".join(lines) + "\n\n" + view.table_note + view.notes(rows)
                      + threads_note(report, kind) + "\n")
     if report.other_code:
-        parts.append(f"Not shown: {sum(report.other_code.values())} result(s) made by other code "
-                     "than is installed: " + "; ".join(f"{n} of {what}" for what, n in
-                                                       report.other_code.items()) + ".\n")
+        parts.append(other_code_note(report.other_code) + "\n")
     return "\n".join(parts)
 
 
@@ -141,11 +139,12 @@ def paired_markdown(report: Report, pairs: list[dict[str, Any]]) -> str:
 
 
 def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = True,
-                 kinds: TaskKinds | None = None) -> Report:
-    """Write every format (and the figures) into ``root/report``; return the report (``kinds``:
-    the task kinds of its results, as for :func:`~zoo.runner.collect.load_report`)."""
+                 kinds: TaskKinds | None = None, out: Path | None = None) -> Report:
+    """Write every format (and the figures) into ``out`` (default ``root/report``; another
+    folder for results that may not be written, such as a read-only copy); return the report
+    (``kinds``: the task kinds of its results, as for :func:`~zoo.runner.collect.load_report`)."""
     report = load_report(Path(root), kinds)
-    out = Path(root) / "report"
+    out = Path(root) / "report" if out is None else Path(out)
     rows, pairs = report.rows(), report.paired()
     if "md" in formats:
         atomic_write_text(out / "table.md", markdown(report))
@@ -159,7 +158,9 @@ def write_report(root: Path, formats: tuple[str, ...] = FORMATS, plots: bool = T
         atomic_write_text(out / "table.tex", latex(report))
     figures = draw_all(report, out) if plots else None
     if "html" in formats:
-        atomic_write_text(out / "report.html", html_report(report, Path(root), rows, pairs, figures))
+        kept = [] if plots else sorted(out.glob("*.png"))
+        atomic_write_text(out / "report.html",
+                          html_report(report, Path(root), rows, pairs, figures, kept))
     return report
 
 

@@ -18,6 +18,7 @@ import html
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,20 @@ def figure_caption(path: Path) -> str:
     return FIGURE_CAPTIONS.get(path.stem.split("-")[0], "")
 
 
-def figures_html(figures: list[Path] | None) -> str:
+def figures_html(figures: list[Path] | None, kept: Sequence[Path] = ()) -> str:
+    """The figures embedded; ``None``: not drawn this time (``--no-plots``), in which case the
+    ``kept`` ones (already in the folder, from an earlier drawing) are linked, not embedded, since
+    they may show other results than the tables."""
     if figures is None:
-        return "<p>Figures were not drawn (<code>--no-plots</code>).</p>"
+        if not kept:
+            return ("<p>Figures were not drawn (<code>--no-plots</code>); run <code>zoo "
+                    "report</code> without it to draw them.</p>")
+        links = ", ".join(f'<a href="{html.escape(p.name)}"><code>{html.escape(p.name)}</code></a>'
+                          for p in kept)
+        return (f"<p>Figures were not redrawn (<code>--no-plots</code>). This folder holds "
+                f"{len(kept)} figure(s) drawn earlier, which may not show the results above: "
+                f"{links}. Run <code>zoo report</code> without <code>--no-plots</code> to "
+                f"redraw them.</p>")
     if not figures:
         return "<p>No figures for these results.</p>"
     parts = []
@@ -208,9 +220,10 @@ def asset(name: str) -> str:
 
 
 def html_report(report: Report, root: Path, rows: list[dict[str, Any]],
-                pairs: list[dict[str, Any]], figures: list[Path] | None) -> str:
+                pairs: list[dict[str, Any]], figures: list[Path] | None,
+                kept: Sequence[Path] = ()) -> str:
     """The page; ``rows`` and ``pairs`` are what ``table.json`` holds; ``figures``: the PNGs to
-    embed (``None``: not drawn)."""
+    embed (``None``: not drawn; then ``kept``, the figures already in the folder, are linked)."""
     data = {"table": {"rows": rows, "paired": pairs}, "kinds": layout(report, rows),
             "headlines": {k: report.tasks[k].headline for k in report.kinds()}}
     results = Results(Path(root))
@@ -246,7 +259,7 @@ seeds of each seed's mean difference, its CI over seeds (Student t); with one, o
 episodes.</p>
 <div id="paired-tables"></div></section>
 <section id="figures"><h2>Figures</h2>
-{figures_html(figures)}
+{figures_html(figures, kept)}
 </section>
 <section id="reading"><h2>Reading the numbers</h2>
 {reading_html(report)}

@@ -102,6 +102,46 @@ training episode (:mod:`zoo.runner.schedule`: ``"constant"`` or ``"cosine"``); i
 training's identity when it is not ``"constant"``."""
 
 
+SETTING_DOCS: dict[str, str] = {
+    "description": "one line saying what the suite measures (``zoo suites`` shows it)",
+    "task": "the task kind (``zoo tasks``); it adds its shape settings; ``--set`` cannot change it",
+    "methods": "``\"*\"`` (every installed method of the kind) or a list of method names",
+    "train_datasets": "the data sets a model is trained on (specs: ``omniglot[rotations=true]``)",
+    "test_datasets": "the data sets each model is scored on; empty: its training data set",
+    "val_dataset": "whose ``val`` split selects the checkpoint and fits the temperature; empty: "
+                   "the training data set's",
+    "seeds": "the seeds: each trains its own model and draws its own episodes",
+    "backbone": "the feature extractor (``conv4s[width=128]``); empty: each method's "
+                "``default_backbone``",
+    "kernel": "the kernel of every method that uses one (``rbf[lengthscale=2]``); empty: each "
+              "method's ``default_kernel``; ``[methods.M] kernel`` or ``--set M.kernel=...`` sets "
+              "one method's",
+    "train_episodes": "meta-training steps (one episode each); one number or a table per shot",
+    "val_episodes": "validation episodes at each validation (model selection, temperature)",
+    "val_every": "training steps between validations",
+    "test_episodes": "test episodes each model is scored on",
+    "checkpoint_every": "training steps between checkpoints (at most one per second); not part of "
+                        "a result's identity",
+    "max_bad_steps": "non-finite training steps in a row that stop a training; not part of a "
+                     "result's identity",
+    "max_skipped_fraction": "the fraction of training steps that may be skipped as non-finite "
+                            "before the cell fails; not part of a result's identity",
+    "lr_schedule": "``\"constant\"`` or ``\"cosine\"`` (every learning rate decays to 0 over "
+                   "``train_episodes``)",
+    "requires": "what the suite needs to start, e.g. ``[\"cuda\"]``: refused up front without it",
+    "report_error": "show the error in % instead of the accuracy (Lake's one-shot runs), with "
+                    "``err`` after the number",
+    "variant": "a label for the cells of a ``[[part]]``: the report shows them as the row "
+               "``METHOD VARIANT``",
+    "hparams": "hyper-parameters of every method (of a ``[[part]]``) that has them, over "
+               "``[methods.M]``",
+    "entry": "``module:function`` running the whole experiment instead of cells, as "
+             "``function(out_dir, data_dir, device, settings)``",
+}
+"""What each of :data:`SETTINGS` means, in a few words (the documentation's table of suite
+settings is made from it; every setting must have one)."""
+
+
 class SuiteError(SpecError):
     """A suite file or a --set override that does not make sense."""
 
@@ -332,9 +372,12 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
                 overrides.setdefault(method, {})[hparam] = str(value)
                 continue
             if hparam not in cls.all_defaults():
+                kernel = " (and kernel: a kernel spec, zoo plugins -v lists the kernels)" \
+                    if cls.uses_kernel else ""
                 raise SuiteError(f"--set {key}: method {method!r} has no hyper-parameter "
-                                 f"{hparam!r}; it has: {', '.join(sorted(cls.all_defaults()))}")
-            overrides.setdefault(method, {})[hparam] = value
+                                 f"{hparam!r}; it has: {', '.join(sorted(cls.all_defaults()))}"
+                                 f"{kernel}")
+            overrides.setdefault(method, {})[hparam] = _as_declared(cls, hparam, text, value)
             continue
         owners = [m for m in methods if key in reg.get("methods", m).all_defaults()]
         if not owners:
@@ -344,8 +387,16 @@ def apply_overrides(suite: Suite, assignments: Sequence[str], methods: Sequence[
                 f"a hyper-parameter of the selected methods ({', '.join(hparams)}), "
                 "or METHOD.HYPERPARAMETER")
         for m in owners:
-            overrides.setdefault(m, {})[key] = value
+            overrides.setdefault(m, {})[key] = _as_declared(reg.get("methods", m), key, text,
+                                                            value)
     return Suite(suite.name, settings, overrides, suite.references, suite.source, entry, parts)
+
+
+def _as_declared(cls: Any, hparam: str, text: str, value: Any) -> Any:
+    """A ``--set`` value for a hyper-parameter declared as a string is the text as written: a
+    TOML literal such as ``nan``, ``inf`` or ``true`` would otherwise become a float or a bool."""
+    declared = cls.all_hparams().get(hparam)
+    return text.strip() if getattr(declared, "type", None) is str else value
 
 
 def is_setting(suite: Suite, assignment: str) -> bool:

@@ -119,7 +119,8 @@ def train_model(cell: Cell, folder: Path, dataset: Any, device: str, registry: R
     method = build_for_cell(cell, dataset, device, registry)
     if (folder / "done").exists():
         blob = load_checkpoint(folder / "model.pt", device)
-        method.load_state_dict(blob["state_dict"])
+        load_weights(method, blob["state_dict"], folder / "model.pt",
+                     f"the {cell.method} model of its config.json")
         method.eval()
         return TrainedModel(method, blob["temperature"], blob["info"])
 
@@ -336,6 +337,14 @@ def check_skipped(cell: Cell, state: TrainState) -> None:
             f"(--set {cell.method}.lr=...) or, knowingly, raise --set max_skipped_fraction=...")
 
 
+def no_validation_reason(cell: Cell) -> str:
+    """Why a training of ``cell`` validates nothing: the episodes asked for, or the data."""
+    if cell.val_episodes == 0:
+        return "val_episodes = 0 asks for no validation (set it above 0 to select and calibrate)"
+    return (f"data set {cell.val_dataset or cell.train_dataset!r} has no validation split (a "
+            "suite's val_dataset names another data set's)")
+
+
 def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, validating: bool,
             device: str, markers: list[Path] | None = None, best: dict[str, Any] | None = None
             ) -> TrainedModel:
@@ -355,9 +364,8 @@ def _finish(cell: Cell, folder: Path, method: nn.Module, state: TrainState, vali
         temperature = cell.task.calibrate(best | {"what": cell.label})
         selection = "best " + cell.task.selection_key.replace("val_", "validation ")
     elif cell.train_episodes > 0 and any(True for _ in method.parameters()):
-        log.warning("%s: data set %r has no validation split; using the last checkpoint and "
-                    "no temperature scaling (a suite's val_dataset names another data set's)",
-                    cell.label, cell.val_dataset or cell.train_dataset)
+        log.warning("%s: %s; using the last checkpoint and no temperature scaling",
+                    cell.label, no_validation_reason(cell))
     method.eval()
     info = {"train_seconds": state.seconds, "val_seconds": state.val_seconds,
             "skipped_steps": state.skipped_steps,
@@ -417,6 +425,18 @@ def start_over(folder: Path) -> None:
                        "only training folders: choose another --out")
     for p in folder.iterdir():
         p.unlink()
+
+
+def load_weights(module: Any, state: Any, file: Path, what: str) -> None:
+    """``module.load_state_dict(state)``, or a :class:`ZooError` naming ``file`` when its
+    weights are not those of the model its configuration describes (``what``)."""
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ZooError(f"{file}: its weights do not fit {what} ({first}); the file belongs to "
+                       "another model, or was changed: delete it and train again, or use the "
+                       "model.pt of the run it came from") from None
 
 
 def load_run(path: Path, device: str) -> tuple[dict[str, Any], dict[str, Any]]:

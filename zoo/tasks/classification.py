@@ -283,24 +283,27 @@ class Classification(Task):
         if (first.way, first.shot) != (way, shot):
             raise EpisodeError(
                 f"data set {dataset.name!r} is scored on fixed {first.way}-way {first.shot}-shot "
-                f"episodes, but the model is {way}-way {shot}-shot: use --way {first.way} "
-                f"--shot {first.shot}")
+                f"episodes, but the model is {way}-way {shot}-shot: use way {first.way} and shot "
+                f"{first.shot} (zoo bench: --set ways={first.way} --set shots={first.shot}; zoo "
+                f"train and zoo evaluate: --way {first.way} --shot {first.shot})")
         device = dataset.device
         return len(fixed), lambda i: fixed[i].to(device)
 
     def predict(self, method: Method, episode: Episode) -> Prediction:
-        """The method's prediction of the known queries; with unknown-class queries, a second
-        call for them (the support with those as queries), its prediction in ``extras["unknown"]``.
-        The second call runs with the global RNG forked, so what the known queries of this and
-        later episodes get does not depend on whether there were unknown ones."""
+        """The method's prediction from the episode without its query labels
+        (:meth:`zoo.Episode.unlabelled`: reading them raises an error that says why); with
+        unknown-class queries, a second call for them (the support with those as queries), its
+        prediction in ``extras["unknown"]``. The second call runs with the global RNG forked, so
+        what the known queries of this and later episodes get does not depend on whether there
+        were unknown ones."""
+        known = method.predict(episode.unlabelled())  # without the unknown-class queries
         if episode.unknown_x is None:
-            return method.predict(episode)
+            return known
         import torch
 
-        known = method.predict(episode.known())
         device = episode.query_x.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            unknown = method.predict(episode.unknown())
+            unknown = method.predict(episode.unknown().unlabelled())
         return Prediction(known.probs, {**getattr(known, "extras", {}), "unknown": unknown})
 
     def check(self, prediction: Any, episode: Episode, method: str) -> None:
@@ -379,7 +382,7 @@ class Classification(Task):
         probs, labels = [], []
         for start in range(0, count, self.score_batch):  # a group's episodes held at a time
             episodes = [get(i) for i in range(start, min(count, start + self.score_batch))]
-            predictions = [method.predict(episode) for episode in episodes]
+            predictions = [self.predict(method, episode) for episode in episodes]
             self.check_many(predictions, episodes, method_name)
             probs += [p.probs for p in predictions]
             labels += [e.query_y for e in episodes]

@@ -255,7 +255,7 @@ class OVE(GPMethod):
         if route != "dense" or self.hparams["algebra"] != "auto" or D is None or episode is None:
             return route
         C = episode.way
-        queries = episode.support_y.numel() + episode.query_y.numel() - n
+        queries = episode.support_y.numel() + episode.query_x.shape[0] - n
         return "features" if self.weights_pay(n * (C - 1), C, D, queries * C) else route
 
     @staticmethod

@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_bytes, json_record, saying_no_space
+from zoo.io import atomic_write_bytes, before_write, json_record, saying_no_space
 
 
 class ResultsFolderError(ZooError):
     """A file in a results folder that is corrupt or not ours; nothing was changed."""
 
-    def __init__(self, path: Path, problem: str):
+    def __init__(self, path: Path, problem: str, advice: str = ""):
         self.path, self.problem = path, problem
-        super().__init__(f"{path}: {problem}; nothing in the results folder was changed. Move or "
-                         "delete that file, or choose another --out")
+        super().__init__(f"{path}: {problem}; nothing in the results folder was changed. "
+                         + (advice or "Move or delete that file, or choose another --out"))
 
 
 def _text(path: str | os.PathLike) -> str:
@@ -85,6 +85,7 @@ def append_line(path: str | os.PathLike, line: bytes) -> None:
     bytes could come between. A write that fails part-way (a full disk) is cut off again, so
     the file never ends in part of a line; a full disk is said as such
     (:class:`zoo.io.NoSpaceError`)."""
+    before_write()
     with saying_no_space(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:

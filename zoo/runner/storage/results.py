@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_text
+from zoo.io import atomic_write_json, atomic_write_text, before_write
 from zoo.runner.cells import code_free_hash, config_hash
 from zoo.runner.storage.jsonl import (
     ResultsFolderError,
@@ -70,8 +70,12 @@ class Results:
             raise ResultsFolderError(root, "is a file, not a results folder")
         present = sorted(root.iterdir()) if root.is_dir() else []
         if present and not (root / MARKER).exists():
-            raise ResultsFolderError(present[0], f"{root} is not a zoo results folder (no {MARKER})"
-                                     " but holds this")
+            raise ResultsFolderError(
+                present[0], f"{root} is not a zoo results folder (no {MARKER}) but holds this "
+                f"and {len(present) - 1} other entries" if len(present) > 1 else
+                f"{root} is not a zoo results folder (no {MARKER}) but holds this",
+                "Give the folder a `zoo bench --out` wrote, or a new or empty folder to run into "
+                "(nothing here is the zoo's to move or delete)")
         if not present and not create:
             raise ZooError(f"{root} holds no results; run `zoo bench --out {root}` first")
         if present and replace_older and is_older(root):
@@ -235,4 +239,5 @@ def link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, tmp)
     except OSError:
         shutil.copyfile(src, tmp)
+    before_write()
     os.replace(tmp, dst)
