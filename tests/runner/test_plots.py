@@ -7,7 +7,6 @@ import re
 
 import matplotlib
 import numpy as np
-import pytest
 
 matplotlib.use("Agg")
 
@@ -136,22 +135,3 @@ def test_losses_and_inner_objectives_of_different_names_get_their_own_axes():
     assert any("validation accuracy" in t for t in by_title)
     for fig in figs:
         original(fig)
-
-
-def test_coverage_panels_show_the_curve_the_table_integrates():
-    from zoo.runner.plots import coverage_figure
-    from zoo.tasks.classification import accuracy_coverage
-
-    report = _report({"m": {}}, settings=2)
-    fig = coverage_figure(report, "m")
-    entry = report.entries[("m", report.settings[0])]
-    summary = entry.summary()
-    ax = fig.axes[0]
-    assert f"AURC {100 * summary['aurc']:.1f}%" in ax.get_title()
-    coverage, accuracy, oracle = accuracy_coverage(list(entry.episodes.values()))
-    # AURC is the mean risk over coverages: one minus the curve's mean
-    assert abs(1 - accuracy.mean() - summary["aurc"]) < 1e-12
-    assert (oracle >= accuracy - 1e-12).all() and oracle[-1] == pytest.approx(accuracy[-1])
-    line = ax.get_lines()[0]
-    assert np.array_equal(line.get_xdata(), coverage)
-    plt.close(fig)
