@@ -3,6 +3,7 @@ reused) and keep their legend off the curves."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import matplotlib
@@ -135,3 +136,23 @@ def test_losses_and_inner_objectives_of_different_names_get_their_own_axes():
     assert any("validation accuracy" in t for t in by_title)
     for fig in figs:
         original(fig)
+
+
+def test_every_meta_trained_method_names_its_meta_loss():
+    """The training figures put losses of different names on separate axes: every method that
+    is meta-trained names what its meta-loss is, so no two unlike losses share the "unnamed"
+    axis. Sequential methods and the integration estimators that refuse training have none."""
+    from zoo.plugins import registry
+
+    reg = registry()
+    unnamed = []
+    for name in reg.names("methods"):
+        cls = reg.get("methods", name)
+        if cls.task == "sequential" or \
+                "not meta-trained" in inspect.getsource(cls.meta_loss):
+            continue
+        # a property (a name that depends on the hyper-parameters) is a name
+        named = next(c.__dict__["meta_loss_name"] for c in cls.__mro__ if "meta_loss_name" in c.__dict__)
+        if not named:
+            unnamed.append(name)
+    assert not unnamed, f"meta-trained methods without a meta_loss_name: {sorted(unnamed)}"

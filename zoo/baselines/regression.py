@@ -41,6 +41,8 @@ class ConstantGaussian(RegressionMethod):
         var = F.softplus(self.raw_sigma).square() + 1e-6
         return self.mu.expand(n, -1), var.expand(n, -1)
 
+    meta_loss_name = "Gaussian negative log-likelihood per target value"
+
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         mean, var = self._gaussian(len(episode.target_y))
         return F.gaussian_nll_loss(mean, episode.target_y, var, full=True)
@@ -88,6 +90,8 @@ class ExactGP(RegressionMethod):
         """The targets' covariance from the latent one: plus the observation noise and the jitter."""
         eye = torch.eye(len(cov), dtype=cov.dtype, device=cov.device)
         return cov + (self.log_noise.exp() ** 2 + JITTER) * eye
+
+    meta_loss_name = "negative log-likelihood of the targets given the context, per target value"
 
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         """Minus the exact joint log-likelihood of the targets given the context, per target."""

@@ -266,6 +266,8 @@ class MetaControlVariate(IntegrationMethod):
                                   first_order=h["first_order"], field=h["field"],
                                   inner_rule=h["inner_rule"])
 
+    meta_loss_name = "held-out squared residual after adaptation (thesis eq. 5.3)"
+
     def meta_loss(self, episode: IntegrationEpisode) -> Tensor:
         p = episode.problem
         self.meta.boundary = _boundary(p)  # the family's support, the same for all its tasks

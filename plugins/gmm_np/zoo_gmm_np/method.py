@@ -251,6 +251,8 @@ class GMMNP(RegressionMethod):
         ranks = torch.argsort(torch.rand(j, n, generator=g), -1).argsort(-1)
         return ranks < sizes.repeat(math.ceil(j / len(sizes)))[:j, None]
 
+    meta_loss_name = "negative decoder log-likelihood at the subtask posteriors' draws, per point"
+
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         self.prepared = {}  # fitted with the weights before this step
         key, x, y = self._function(episode)

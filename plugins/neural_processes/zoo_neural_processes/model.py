@@ -135,6 +135,12 @@ class NeuralProcess(RegressionMethod):
 
     # -- training and prediction --------------------------------------------------------------
 
+    @property
+    def meta_loss_name(self) -> str:  # type: ignore[override]
+        if self.hparams["bootstrap"]:
+            return "negative bootstrap log-likelihood per target value"
+        return "negative ELBO per target value"
+
     def meta_loss(self, episode: RegressionEpisode) -> Tensor:
         y, k = episode.target_y, int(self.hparams["train_samples"])
         if self.hparams["bootstrap"]:
