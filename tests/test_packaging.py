@@ -21,7 +21,8 @@ IMPORT_TO_DISTRIBUTION = {"sklearn": "scikit-learn", "pyro": "pyro-ppl", "PIL": 
 
 CORE_OPTIONAL = {"ray": "the ray extra", "learn2learn": "imported for the plugins that declare it",
                  "gym": "learn2learn's import, quieted", "gym_notices": "gym's notice text",
-                 "tensorboard": "the tensorboard extra", "pandas": "the pandas extra"}
+                 "tensorboard": "the tensorboard extra", "pandas": "the pandas extra",
+                 "psutil": "the copy Ray ships, imported only on the ray executor's path"}
 """Modules the core imports only inside functions, for an extra or for a plugin that declares them."""
 
 

@@ -233,7 +233,8 @@ def test_emnist_missing_without_download(tmp_path):
 
 def test_way_larger_than_the_classes_of_a_split(cub_dir):
     ds = cub.load_cub(cub_dir, download=False)
-    with pytest.raises(EpisodeError, match=r"split 'test' of data set 'cub' has 2 classes.*--way 2"):
+    hint = r"a way of 2 or less \(zoo bench: --set ways=\.\.\.; zoo train and zoo evaluate: --way\)"
+    with pytest.raises(EpisodeError, match=r"split 'test' of data set 'cub' has 2 classes.*" + hint):
         EpisodeSampler(ds, "test", way=3, shot=1, query=1)
 
 
