@@ -195,7 +195,7 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         method.eval()
         with torch.no_grad():
             torch.manual_seed(1)
-            prediction = method.predict(episode.unlabelled())
+            prediction = _prediction(method, episode, at)
             first = _predict(method, episode, at)
             torch.manual_seed(2)
             again = _predict(method, episode, at)
@@ -232,8 +232,13 @@ def _check_uncertainty(method: Any, prediction: Any, queries: int, at: str) -> N
         f"{at}: extras['uncertainty'] has shape {tuple(own.shape)}; give one finite number per query"
 def _predict(method: Any, episode: Episode, at: str) -> Tensor:
     """``predict``'s probabilities for ``episode`` without its query labels, as the runner asks."""
+    return _prediction(method, episode, at).probs
+
+
+def _prediction(method: Any, episode: Episode, at: str) -> Any:
+    """``predict``'s prediction for ``episode`` without its query labels, as the runner asks."""
     try:
-        return method.predict(episode.unlabelled()).probs
+        return method.predict(episode.unlabelled())
     except AttributeError as exc:
         if "query_y" in str(exc):
             raise AssertionError(f"{at}: predict read the query labels ({exc})") from exc
@@ -493,11 +498,11 @@ def check_task(kind: str, method: str, dataset: str, **settings: Any) -> None:
     value = task.selection_value([record])
     assert math.isfinite(value), f"{kind}: selection value {value} of a valid record is not finite"
     from zoo.tasks import TaskView
-    from zoo.tasks.figures import CurveGrid, MetricLines, ParameterLines, Reliability
+    from zoo.tasks.figures import Coverage, CurveGrid, MetricLines, ParameterLines, Reliability
 
     assert isinstance(task.view, TaskView), f"{kind}: view is not a zoo.tasks.TaskView"
     assert isinstance(task.view.cell_text(summary), str), f"{kind}: cell_text must give text"
-    figures = (CurveGrid, MetricLines, ParameterLines, Reliability)
+    figures = (Coverage, CurveGrid, MetricLines, ParameterLines, Reliability)
     assert all(isinstance(f, figures) for f in task.view.figures), \
         f"{kind}: view.figures must hold figures of zoo.tasks.figures (the runner draws those)"
 
