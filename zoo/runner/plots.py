@@ -184,23 +184,23 @@ def reliability_figure(report: Report, method: str, kind: str = "classification"
 
 def reliability_diagrams(report: Report, out: Path, kind: str = "classification") -> list[Path]:
     """One figure per method of ``kind`` (:func:`reliability_figure`)."""
-    written = []
-    names = unique_slugs(report.methods)
-    for method in report.methods:
-        fig = reliability_figure(report, method, kind)
-        if fig is not None:
-            written.append(save(fig, out / f"reliability-{names[method]}.png"))
-    return written
+    return per_method(report, out, kind, reliability_figure, "reliability")
 
 
 def coverage_figures(report: Report, out: Path, kind: str = "classification") -> list[Path]:
     """One accuracy-coverage figure per method of ``kind`` (:func:`coverage_figure`)."""
+    return per_method(report, out, kind, coverage_figure, "coverage")
+
+
+def per_method(report: Report, out: Path, kind: str, draw, prefix: str) -> list[Path]:
+    """``draw(report, method, kind)`` for every method, saved as ``PREFIX-<method>.png`` (a
+    method with nothing to draw gives no file)."""
     written = []
     names = unique_slugs(report.methods)
     for method in report.methods:
-        fig = coverage_figure(report, method, kind)
+        fig = draw(report, method, kind)
         if fig is not None:
-            written.append(save(fig, out / f"coverage-{names[method]}.png"))
+            written.append(save(fig, out / f"{prefix}-{names[method]}.png"))
     return written
 
 
