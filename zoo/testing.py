@@ -210,7 +210,7 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
             f"{at}: rows of probs sum to {sums.tolist()}; normalise them (softmax)"
         assert torch.equal(first, again), \
             f"{at}: predict depends on the global RNG state; draw from " \
-            "zoo.seeds.episode_generator(episode)"
+            "zoo.episode_generator(episode)"
         if not method.transductive:
             _check_permuted_queries(method, episode, first, at)
         _check_objective_names(method, at)
@@ -312,7 +312,7 @@ def check_regression_method(name: str, **hparams: Any) -> None:
         task.check(first, episode, name)
         assert torch.equal(first.mean, again.mean) and torch.equal(first.var, again.var), \
             f"{at}: predict depends on the global RNG state; draw from " \
-            "zoo.seeds.episode_generator(episode)"
+            "zoo.episode_generator(episode)"
         if bounds is not None:
             elbo, iw = bounds
             assert math.isfinite(elbo) and elbo <= iw + 1e-6, \
