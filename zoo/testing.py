@@ -290,7 +290,7 @@ def _check_any_way(name: str, settings, **hparams: Any) -> None:
 def check_regression_method(name: str, **hparams: Any) -> None:
     """The regression-method conformance suite (see the module docstring), 1-d sinusoids, CPU."""
     from zoo.data.functions import load_sinusoid
-    from zoo.tasks.regression import Regression, sample_task
+    from zoo.tasks.regression import Regression, bound_pairs, sample_task
 
     task = Regression()
     with torch.random.fork_rng(devices=[]):
@@ -313,11 +313,11 @@ def check_regression_method(name: str, **hparams: Any) -> None:
         assert torch.equal(first.mean, again.mean) and torch.equal(first.var, again.var), \
             f"{at}: predict depends on the global RNG state; draw from " \
             "zoo.episode_generator(episode)"
-        if bounds is not None:
-            elbo, iw = bounds
+        for bound, (elbo, iw) in bound_pairs(bounds).items():
+            which = f" ({bound} bound)" if bound else ""
             assert math.isfinite(elbo) and elbo <= iw + 1e-6, \
-                f"{at}: ELBO {elbo} above the importance-weighted bound {iw}; compute both on " \
-                "the same draws (the IW bound is their log-mean-exp, the ELBO their mean)"
+                f"{at}{which}: ELBO {elbo} above the importance-weighted bound {iw}; compute " \
+                "both on the same draws (the IW bound is their log-mean-exp, the ELBO their mean)"
 
 
 # -- kernels ---------------------------------------------------------------------------------------

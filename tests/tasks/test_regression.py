@@ -10,6 +10,7 @@ import torch
 
 from zoo.baselines.regression import ConstantGaussian, ExactGP
 from zoo.data.functions import load_gp_rbf, load_sinusoid
+from zoo.errors import ZooError
 from zoo.tasks import PredictionError
 from zoo.tasks.regression import Regression, RegressionPrediction, sample_task
 
@@ -172,6 +173,31 @@ def test_bounds_become_looseness_and_seeds_are_summarised_by_their_medians():
         TASK.view.cell_text(summary)
     no_bounds = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2}, 0, False)(0)
     assert "looseness" not in TASK.score(TASK.predict(method, no_bounds), no_bounds)
+
+
+class TwoBounds(ConstantGaussian):
+    """Made-up evidence bounds from two proposals: the main one and one named ``free``."""
+
+    def bounds(self, episode, samples):
+        return {"": (-3.0, -1.0), "free": (-7.0, -2.0)}
+
+
+def test_named_bounds_become_a_second_looseness_column():
+    get = TASK.episodes(load_sinusoid(), "test", {"targets": 8, "context": 2, "bound_samples": 4},
+                        0, False)
+    records = [TASK.score(TASK.predict(TwoBounds(x_dim=1, y_dim=1), get(i)), get(i))
+               | {"seconds": 0.0} for i in range(3)]
+    assert records[0]["looseness"] == 2.0 and records[0]["looseness_free"] == 5.0
+    assert records[0]["elbo_free"] == -7.0 and records[0]["iw_bound_free"] == -2.0
+    summary = TASK.summarise(records)
+    assert summary["looseness_median"] == 2.0 and summary["looseness_free_median"] == 5.0
+
+
+def test_named_bounds_without_a_main_pair_are_refused_with_what_to_name():
+    from zoo.tasks.regression import bound_pairs
+
+    with pytest.raises(ZooError, match="name the main one"):
+        bound_pairs({"free": (-1.0, 0.0)})
 
 
 def test_the_runner_lets_a_method_prepare_a_cells_test_episodes_before_predicting_them():

@@ -50,7 +50,9 @@ class RegressionMethod(BaseMethod):
         """``(ELBO, importance-weighted bound)`` of the method's ``log p(target_y | target_x,
         context)`` from ``samples`` draws of its posterior given all targets, both computed on the
         same draws (so ``ELBO <= IW`` exactly), drawn from the episode's seed; ``None``: the method
-        has no such bound (the default)."""
+        has no such bound (the default). A method with several posteriors given all targets may
+        return named pairs, ``{"": main, "NAME": (ELBO, IW)}``: the report then has
+        ``looseness_NAME`` beside ``looseness``."""
         return None
 
 

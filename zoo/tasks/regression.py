@@ -27,7 +27,9 @@ ELBO looseness (optional capability): with ``bound_samples = S > 0`` a method th
 :meth:`~zoo.tasks.methods.RegressionMethod.bounds` is also asked, on each test episode, for the ELBO and the
 importance-weighted bound of ``log p(target_y | target_x, context)`` from ``S`` samples of its
 variational posterior given all targets; records then hold ``elbo``, ``iw_bound`` and
-``looseness = iw_bound - elbo`` (an estimate of the KL from that posterior to the true one).
+``looseness = iw_bound - elbo`` (an estimate of the KL from that posterior to the true one). A
+method with more than one such posterior returns named pairs, ``{"": main, "NAME": other}``;
+the other pairs become ``elbo_NAME``, ``iw_bound_NAME`` and ``looseness_NAME``.
 """
 
 from __future__ import annotations
@@ -146,6 +148,18 @@ def sample_pooled_task(family: FunctionFamily, split: str, seed: int, targets: i
     return RegressionEpisode(x[:context], y[:context], x, y,
                              info=task.info | {"index": int(index), "seed": s, "context": context,
                                                "task": index % pool, "order": order.tolist()})
+
+
+def bound_pairs(bounds: Any) -> dict[str, tuple[float, float]]:
+    """A method's :meth:`~zoo.tasks.methods.RegressionMethod.bounds` as named ``(ELBO, IW)``
+    pairs, ``""`` the main one: ``None`` (no bounds), a pair, or a mapping of named pairs."""
+    if bounds is None:
+        return {}
+    pairs = dict(bounds) if isinstance(bounds, Mapping) else {"": bounds}
+    if "" not in pairs:
+        raise ZooError(f"bounds returned the pairs {sorted(pairs)}: name the main one \"\" "
+                       "(e.g. {\"\": (elbo, iw), \"other\": (elbo, iw)})")
+    return {name: (float(e), float(i)) for name, (e, i) in pairs.items()}
 
 
 class RegressionView(TaskView):
@@ -269,8 +283,10 @@ class Regression(Task):
         prediction = method.predict(episode)
         samples = int(episode.info.get("bound_samples", 0))
         bounds = method.bounds(episode, samples) if samples else None
-        if bounds is not None:
-            prediction.extras["elbo"], prediction.extras["iw_bound"] = map(float, bounds)
+        for name, (elbo, iw) in bound_pairs(bounds).items():
+            suffix = f"_{name}" if name else ""
+            prediction.extras[f"elbo{suffix}"] = float(elbo)
+            prediction.extras[f"iw_bound{suffix}"] = float(iw)
         return prediction
 
     def check(self, prediction: Any, episode: RegressionEpisode, method: str) -> None:
@@ -328,9 +344,10 @@ class Regression(Task):
                   "mse": mse(y, mean), "crps": crps(y, mean, var),
                   "coverage50": coverage(y, mean, var, 0.5),
                   "coverage90": coverage(y, mean, var, 0.9)}
-        if "elbo" in prediction.extras:
-            elbo, iw = prediction.extras["elbo"], prediction.extras["iw_bound"]
-            record |= {"elbo": elbo, "iw_bound": iw, "looseness": iw - elbo}
+        for key, elbo in prediction.extras.items():
+            if key == "elbo" or key.startswith("elbo_"):
+                suffix, iw = key[4:], prediction.extras[f"iw_bound{key[4:]}"]
+                record |= {key: elbo, f"iw_bound{suffix}": iw, f"looseness{suffix}": iw - elbo}
         return record
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -339,8 +356,9 @@ class Regression(Task):
         per-seed medians with 5%/95% percentiles over seeds (``*_seeds_*``, ``seeds_pooled``);
         NLL, CRPS and coverage means."""
         out: dict[str, Any] = {}
-        keys = ["lmlhd", "mse"] + (["looseness"] if records and all(
-            "looseness" in r for r in records) else [])
+        keys = ["lmlhd", "mse"] + sorted(k for k in (records[0] if records else {})
+                                         if k.startswith("looseness")
+                                         and all(k in r for r in records))
         by_seed: dict[Any, list[Mapping[str, Any]]] = {}
         for r in records:
             by_seed.setdefault(r.get("run_seed"), []).append(r)

@@ -11,6 +11,7 @@ from torch import nn
 from torch.distributions import MultivariateNormal
 from zoo_gmm_np import GMMNP, VARIANTS, trng
 from zoo_gmm_np.gmm import GMM
+from zoo_gmm_np.method import importance_bounds
 
 from zoo.data import load_sinusoid
 from zoo.tasks import Regression, sample_task
@@ -97,9 +98,40 @@ def test_elbo_below_importance_weighted_bound_below_log_z():
     w = m.decoder[0].weight.detach().double()
     a = w[:, 1:].expand(len(x), -1)
     _, log_z = linear_posterior(m.prior(), a, y - w[0, 0] * x[:, 0] - 0.2)
-    b = m.bounds(episode, samples=4096)
+    bounds = m.bounds(episode, samples=4096)
+    assert bounds[""] == bounds["free"]  # no context: both proposals are the fit from p(z)
+    b = bounds[""]
     assert b.elbo < b.iw < log_z + 0.02
     assert log_z - b.iw < log_z - b.elbo  # the importance-weighted bound is tighter
+
+
+def test_the_bounds_are_equal_to_log_z_when_the_proposal_is_the_exact_posterior():
+    torch.manual_seed(0)
+    prior = GMM.standard(torch.tensor([[-3.0, 0.0], [3.0, 0.5]], dtype=D))
+    a = torch.tensor([[0.2, 1.0], [0.1, 0.9], [0.3, -0.2]], dtype=D)
+    y = torch.tensor([0.2, 0.1, 0.3], dtype=D)
+    exact, log_z = linear_posterior(prior, a, y)
+    z = exact.mixture.sample((64,))  # [S, 1, 2]
+    like = MultivariateNormal(z @ a.T, SIGMA**2 * torch.eye(len(y), dtype=D)).log_prob(y)
+    b = importance_bounds(like, prior, exact, z)
+    assert b.elbo == pytest.approx(log_z, abs=1e-9) and b.iw == pytest.approx(log_z, abs=1e-9)
+    b = importance_bounds(like, prior, prior, z)  # another proposal: a gap, the IW bound above
+    assert b.elbo < b.iw and b.iw - b.elbo > 0.1
+
+
+def test_both_proposals_bound_the_closed_form_evidence_given_the_context_and_free_is_looser():
+    m = linear_gmm_np(kl_bound=0.05, test_trng_steps=15, trng_samples=256)
+    episode = sample_task(load_sinusoid(), "test", 0, 6, 0, 2)
+    x, y = episode.target_x.double(), episode.target_y.double()[:, 0]
+    w = m.decoder[0].weight.detach().double()
+    a = w[:, 1:].expand(len(x), -1)
+    # log E_{q(z|context)} p(targets | z): q(z|context) a mixture, the decoder linear
+    _, log_z = linear_posterior(m.context_posterior(episode), a, y - w[0, 0] * x[:, 0] - 0.2)
+    bounds = m.bounds(episode, samples=4096)
+    for b in bounds.values():
+        assert b.elbo < b.iw < log_z + 0.02
+    loose = {k: b.iw - b.elbo for k, b in bounds.items()}
+    assert loose[""] < 0.05 and loose["free"] > 2 * loose[""]
 
 
 def test_lmlhd_is_the_exact_gaussian_log_likelihood_when_the_decoder_ignores_z():
@@ -198,4 +230,7 @@ def test_test_episodes_prepared_together_predict_and_bound_as_one_at_a_time():
     assert len(m.prepared) == len(episodes)
     for e, (mean, bounds) in zip(episodes, alone):
         torch.testing.assert_close(m.predict(e).mean, mean, rtol=1e-4, atol=1e-4)
-        assert bounds == pytest.approx(m.bounds(e, 32), rel=1e-4, abs=1e-4)
+        again = m.bounds(e, 32)
+        assert bounds.keys() == again.keys() == {"", "free"}
+        for k in bounds:
+            assert bounds[k] == pytest.approx(again[k], rel=1e-4, abs=1e-4)

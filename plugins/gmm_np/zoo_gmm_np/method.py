@@ -27,10 +27,14 @@ latent variable offer the same two):
 - ``fit(x [T, N, dx], y [T, N, dy], mask [T, N] | None, steps=None, prior=None,
   generators=None) -> GMM``: posteriors of ``T`` tasks fitted together (test-time inference,
   batched);
-- ``bounds(episode, samples=1024) -> Bounds(elbo, iw)``: the ELBO and the importance-weighted
-  bound of ``log p(target_y | target_x, context) = log E_{q(z|context)} prod_n p(y_n | x_n, z)``
-  with proposal ``q(z|targets)`` (both floats, same draws); ``iw - elbo`` is the paper's ELBO
-  looseness (A.3.3).
+- ``bounds(episode, samples=1024) -> {"": Bounds(elbo, iw), "free": Bounds(elbo, iw)}``: the
+  ELBO and the importance-weighted bound of
+  ``log p(target_y | target_x, context) = log E_{q(z|context)} prod_n p(y_n | x_n, z)`` (both
+  floats, same draws; ``iw - elbo`` is an ELBO looseness, A.3.3) with two proposals
+  ``q(z|targets)``: ``""`` fitted by TRNG from ``q(z|context)`` to the bounded density
+  ``p(targets | z) q(z|context)`` itself; ``"free"`` fitted from ``p(z)`` to
+  ``p(targets | z) p(z)``, context-free like the NPs' encoder ``q(z|D)`` (the paper's Eq. 22-23).
+  With an empty context the two are the same fit.
 
 Ablations are hyper-parameters (:data:`VARIANTS`): ``covariance = "diag"``, ``components = 1``,
 ``update = "direct"`` (iBayes-GMM).
@@ -91,6 +95,15 @@ class Bounds(NamedTuple):
     iw: float
 
 
+def importance_bounds(log_likelihood: Tensor, prior: GMM, proposal: GMM, z: Tensor) -> Bounds:
+    """ELBO and importance-weighted bound of ``log E_prior p(data | z)`` from draws
+    ``z [S, 1, d]`` of ``proposal`` and ``log_likelihood = log p(data | z) [S, 1]``: the mean and
+    the log-mean-exp of ``log p(data | z) + log prior(z) - log proposal(z)``; they are equal
+    when the proposal is the exact posterior."""
+    w = (log_likelihood.to(z.dtype) + prior.log_prob(z) - proposal.log_prob(z))[:, 0]
+    return Bounds(float(w.mean()), float(torch.logsumexp(w, 0) - math.log(len(w))))
+
+
 class GMMNP(RegressionMethod):
     """GMM-NP; defaults are the paper's sinusoid configuration (Table 2, A.3)."""
 
@@ -139,7 +152,7 @@ class GMMNP(RegressionMethod):
                                     samples=h["trng_samples"],
                                     dtype=self.decoder[0].weight.dtype)
         self.posteriors: dict[str, GMM] = {}
-        self.prepared: dict[tuple[str, Any, int], tuple[GMM, GMM | None]] = {}
+        self.prepared: dict[tuple[str, Any, int], tuple[GMM, GMM | None, GMM | None]] = {}
         self.steps = self.failures = 0
 
     # -- model -----------------------------------------------------------------------------------
@@ -218,18 +231,19 @@ class GMMNP(RegressionMethod):
             else:
                 posteriors = self.prior()
             bounded = [i for i, e in enumerate(group) if e.info.get("bound_samples", 0)]
-            proposals = None
+            proposals: list[GMM | None] = [None, None]  # from q(z|context), from p(z)
             if bounded:
-                proposals = self.fit(torch.stack([group[i].target_x for i in bounded]),
-                                     torch.stack([group[i].target_y for i in bounded]),
-                                     prior=posteriors.select(bounded) if size else posteriors,
-                                     generators=[generator(group[i], PROPOSAL_FIT_SALT)
-                                                 for i in bounded])
+                x = torch.stack([group[i].target_x for i in bounded])
+                y = torch.stack([group[i].target_y for i in bounded])
+                starts = [posteriors.select(bounded), self.prior()] if size else [posteriors]
+                proposals = [self.fit(x, y, prior=start, generators=[
+                    generator(group[i], PROPOSAL_FIT_SALT) for i in bounded]) for start in starts]
+                proposals = proposals * (3 - len(proposals))  # no context: one fit is both
             for i, e in enumerate(group):
                 own = posteriors.select(slice(i, i + 1)) if size else posteriors
-                proposal = (proposals.select(slice(bounded.index(i), bounded.index(i) + 1))
-                            if proposals is not None and i in bounded else None)
-                self.prepared[episode_key(e)] = (own, proposal)
+                at = slice(bounded.index(i), bounded.index(i) + 1) if i in bounded else None
+                self.prepared[episode_key(e)] = (own, *(
+                    None if p is None or at is None else p.select(at) for p in proposals))
 
     # -- meta-training ---------------------------------------------------------------------------
 
@@ -286,7 +300,7 @@ class GMMNP(RegressionMethod):
     # -- prediction ------------------------------------------------------------------------------
 
     def predict(self, episode: RegressionEpisode) -> RegressionPrediction:
-        q = self.prepared.get(episode_key(episode), (None, None))[0]
+        q = self.prepared.get(episode_key(episode), (None, None, None))[0]
         q = self.context_posterior(episode) if q is None else q
         with seeded(episode, PREDICT_SALT):
             z = q.mixture.sample((self.hparams["predict_samples"],))[:, 0]  # [S, d]
@@ -295,21 +309,28 @@ class GMMNP(RegressionMethod):
             var = self.noise_std.square().expand_as(mean)
         return RegressionPrediction(mean, var)
 
-    def bounds(self, episode: RegressionEpisode, samples: int = 1024) -> Bounds:
-        """ELBO and importance-weighted bound of ``log E_{q(z|context)} p(targets | z)``, the
-        proposal ``q(z|targets)`` fitted by TRNG to ``p(targets | z) q(z|context)`` (with an
-        empty context ``q(z|context) = p(z)``); ``iw >= elbo`` and ``iw - elbo`` estimates
-        ``KL(q(z|targets) || posterior)`` (the paper's ELBO looseness, A.3.3)."""
+    def bounds(self, episode: RegressionEpisode, samples: int = 1024) -> dict[str, Bounds]:
+        """ELBO and importance-weighted bound of ``log E_{q(z|context)} p(targets | z)`` (with an
+        empty context ``q(z|context) = p(z)``) with two proposals ``q(z|targets)``, each drawn
+        ``samples`` times (the same generator): ``""`` fitted by TRNG from ``q(z|context)`` to
+        ``p(targets | z) q(z|context)``, the bounded density itself; ``"free"`` fitted from
+        ``p(z)`` to ``p(targets | z) p(z)``, without the context (the paper's, A.3.3). ``iw >=
+        elbo``; ``iw - elbo`` estimates ``KL(proposal || posterior)``, the ELBO looseness."""
         x, y = episode.target_x, episode.target_y
-        prior, proposal = self.prepared.get(episode_key(episode), (None, None))
+        prior, proposal, free = self.prepared.get(episode_key(episode), (None, None, None))
         prior = self.context_posterior(episode) if prior is None else prior
         if proposal is None:
             proposal = self.fit(x[None], y[None], prior=prior,
                                 generators=[generator(episode, PROPOSAL_FIT_SALT)])
-        with seeded(episode, BOUNDS_SALT):
-            z = proposal.mixture.sample((samples,))  # [S, 1, d]
-        with torch.no_grad():
-            mask = torch.ones(1, len(x), dtype=x.dtype, device=x.device)
-            w = (self.log_likelihood(x[None], y[None], mask, z).to(z.dtype)
-                 + prior.log_prob(z) - proposal.log_prob(z))[:, 0]
-        return Bounds(float(w.mean()), float(torch.logsumexp(w, 0) - math.log(samples)))
+        if free is None:
+            free = proposal if len(episode.context_x) == 0 else self.fit(
+                x[None], y[None], generators=[generator(episode, PROPOSAL_FIT_SALT)])
+        mask = torch.ones(1, len(x), dtype=x.dtype, device=x.device)
+        out = {}
+        for name, q in (("", proposal), ("free", free)):
+            with seeded(episode, BOUNDS_SALT):
+                z = q.mixture.sample((samples,))  # [S, 1, d]
+            with torch.no_grad():
+                out[name] = importance_bounds(self.log_likelihood(x[None], y[None], mask, z),
+                                              prior, q, z)
+        return out
