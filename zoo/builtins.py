@@ -20,7 +20,7 @@ from zoo.data.integrands import (
     load_step,
 )
 from zoo.data.optimisation import load_branin, load_forrester, load_hartmann3
-from zoo.data.streams import load_digits_stream, load_mnist_stream
+from zoo.data.streams import load_diabetes_stream, load_digits_stream, load_mnist_stream
 from zoo.families.latent_gaussian import ESTIMATORS
 from zoo.hookspecs import hookimpl
 
@@ -30,7 +30,8 @@ GENERATED = {"sinusoid": load_sinusoid, "gp-rbf": load_gp_rbf,
              "digits-completion": load_digits_completion, "mnist-completion": load_mnist_completion,
              "gaussian-cosine": load_gaussian_cosine, "genz-oscillatory": load_genz_oscillatory,
              "south": load_south, "step": load_step, "borehole": load_borehole, "bvp": load_bvp,
-             "digits-stream": load_digits_stream, "mnist-stream": load_mnist_stream}
+             "digits-stream": load_digits_stream, "mnist-stream": load_mnist_stream,
+             "diabetes-stream": load_diabetes_stream}
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 """The built-in suites' TOML files: package data, so that they ship inside the wheel."""

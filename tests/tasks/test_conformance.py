@@ -11,10 +11,13 @@ from zoo.testing import check_task
 KINDS = [("classification", "protonet", "glyphs", {"ways": [3], "shots": [1]}),
          ("regression", "gp", "sinusoid", {"context_sizes": [4]}),
          ("sequential", "online-logreg", "digits-stream", {}),
+         ("sequential", "online-blr", "diabetes-stream",
+          {"stream_length": 100, "eval_steps": [0, 50, 100]}),
          ("integration", "mc", "gaussian-cosine", {})]
 
 
-@pytest.mark.parametrize(("kind", "method", "dataset", "settings"), KINDS, ids=[k[0] for k in KINDS])
+@pytest.mark.parametrize(("kind", "method", "dataset", "settings"), KINDS,
+                         ids=[f"{k[0]}-{k[1]}" for k in KINDS])
 def test_task_kind_conforms(kind, method, dataset, settings):
     check_task(kind, method, dataset, **settings)
 

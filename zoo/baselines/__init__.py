@@ -3,8 +3,13 @@ new method of a kind is compared with. Each module holds the baselines of one ki
 
 from zoo.baselines.integration import MonteCarlo
 from zoo.baselines.regression import ConstantGaussian, ExactGP
-from zoo.baselines.sequential import OnlineLogisticRegression, RunningPrototypes
+from zoo.baselines.sequential import (
+    OnlineBayesianLinearRegression,
+    OnlineLogisticRegression,
+    RunningPrototypes,
+)
 
-BUILTIN = [ConstantGaussian, ExactGP, MonteCarlo, OnlineLogisticRegression, RunningPrototypes]
+BUILTIN = [ConstantGaussian, ExactGP, MonteCarlo, OnlineBayesianLinearRegression,
+           OnlineLogisticRegression, RunningPrototypes]
 
 __all__ = ["BUILTIN"]

@@ -1,4 +1,4 @@
-"""Sequential baselines: two one-pass online classifiers over a stream.
+"""Sequential baselines: two one-pass online classifiers and an exact online regression.
 
 - ``running-prototypes``: isotropic Gaussian class-conditionals ``N(mu_c, sigma^2 I)`` with
   running class means and a pooled within-class variance, class prior ``(n_c + 1) / (n + C)``:
@@ -6,6 +6,11 @@
   sufficient statistics: the result does not depend on the order of the stream.
 - ``online-logreg``: multinomial logistic regression, one SGD step per example on the
   cross-entropy (gradient ``x (p - onehot(y))``), learning rate ``lr``, weight decay ``decay``.
+- ``online-blr`` (regression streams): Bayesian linear regression on ``[x, 1]``, prior
+  ``N(0, prior_var I)``, known noise variance ``noise_var``, updated by the Kalman (recursive
+  least squares) step ``k = S phi / (phi^T S phi + noise_var)``, ``m += k (y - phi^T m)``,
+  ``S -= k phi^T S``: after any stream its belief is the exact batch posterior of the examples
+  seen, whatever their order, and its predictive ``N(phi^T m, noise_var + phi^T S phi)`` is exact.
 """
 
 from __future__ import annotations
@@ -71,3 +76,30 @@ class OnlineLogisticRegression(StreamMethod):
     def predict(self, state: Tensor, x: Tensor) -> Tensor:
         features = torch.cat([x.double().cpu(), torch.ones(len(x), 1, dtype=torch.float64)], 1)
         return torch.softmax(features @ state.T, -1).float()
+
+
+class OnlineBayesianLinearRegression(StreamMethod):
+    name = "online-blr"
+    regression = True
+    classification = False
+    hyperparameters = {
+        "prior_var": HParam(1.0, gt=0, doc="prior variance of each weight and the bias"),
+        "noise_var": HParam(0.5, gt=0, doc="observation noise variance"),
+    }
+
+    def init(self) -> tuple[Tensor, Tensor]:
+        size = self.dim + 1
+        return (torch.zeros(size, dtype=torch.float64),
+                self.hparams["prior_var"] * torch.eye(size, dtype=torch.float64))
+
+    def update(self, state: Any, x: Tensor, y: Tensor) -> Any:
+        mean, cov = state
+        phi = torch.cat([x.double().cpu(), torch.ones(1, dtype=torch.float64)])
+        s_phi = cov @ phi
+        gain = s_phi / (phi @ s_phi + self.hparams["noise_var"])
+        return mean + gain * (float(y) - phi @ mean), cov - torch.outer(gain, s_phi)
+
+    def predict(self, state: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+        mean, cov = state
+        phi = torch.cat([x.double().cpu(), torch.ones(len(x), 1, dtype=torch.float64)], 1)
+        return phi @ mean, self.hparams["noise_var"] + ((phi @ cov) * phi).sum(1)

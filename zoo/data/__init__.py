@@ -15,7 +15,7 @@ from zoo.data.miniimagenet import load_miniimagenet
 from zoo.data.omniglot import load_omniglot
 from zoo.data.omniglot_lake_runs import load_omniglot_lake_runs
 from zoo.data.omniglot_minimal import load_omniglot_minimal
-from zoo.data.streams import StreamData, load_digits_stream, load_mnist_stream
+from zoo.data.streams import StreamData, load_diabetes_stream, load_digits_stream, load_mnist_stream
 from zoo.paths import cache_root, data_root
 
 DATASETS = {
@@ -30,5 +30,6 @@ DATASETS = {
 }
 
 __all__ = ["DATASETS", "FewShotDataset", "FileDataset", "FunctionFamily", "StreamData",
-           "TensorDataset", "cache_root", "data_root", "load_affine_sinusoid", "load_digits_stream",
+           "TensorDataset", "cache_root", "data_root", "load_affine_sinusoid",
+           "load_diabetes_stream", "load_digits_stream",
            "load_gp_rbf", "load_mnist_stream", "load_sinusoid"]

@@ -23,15 +23,21 @@ from zoo.data.base import TensorDataset
 from zoo.errors import ZooError
 
 
-def digits_file() -> Path:
-    """``sklearn/datasets/data/digits.csv.gz`` of the installed scikit-learn (not imported)."""
+def sklearn_file(name: str, dataset: str) -> Path:
+    """``sklearn/datasets/data/<name>`` of the installed scikit-learn (not imported); the error
+    names the zoo's ``dataset`` that needs it."""
     spec = importlib.util.find_spec("sklearn")
-    path = (Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+    path = (Path(spec.origin).parent / "datasets" / "data" / name
             if spec is not None and spec.origin else None)
     if path is None or not path.exists():
-        raise ZooError("data set 'digits' is scikit-learn's: install scikit-learn "
+        raise ZooError(f"data set {dataset!r} is scikit-learn's: install scikit-learn "
                        "(pip install scikit-learn)")
     return path
+
+
+def digits_file() -> Path:
+    """``sklearn/datasets/data/digits.csv.gz`` of the installed scikit-learn (not imported)."""
+    return sklearn_file("digits.csv.gz", "digits")
 
 
 def load_digits(data_dir=None, download: bool = True, image_size: int = 28) -> TensorDataset:

@@ -385,6 +385,8 @@ def curve_grids(report: Report, kind: str, figure: CurveGrid, out: Path) -> list
                 if x_key not in curve[0]:
                     continue
                 for ax, (key, _) in zip(row, figure.columns):
+                    if key not in curve[0]:  # e.g. a class stream's error, a regression's RMSE
+                        continue
                     ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
                             **styles[m])
         for row, (_, x_label) in zip(axes, figure.rows):

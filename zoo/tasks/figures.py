@@ -60,8 +60,8 @@ class ParameterLines:
 class CurveGrid:
     """Per setting, a grid of panels from the summary's list ``curve`` of points: one row per
     ``(x key, x label)`` of ``rows`` (skipped where the points lack the key), one column per
-    ``(y key, y label)`` of ``columns``, one line per method. Written as
-    ``<name>-<setting>.png``."""
+    ``(y key, y label)`` of ``columns`` (empty where the points lack the key), one line per method.
+    Written as ``<name>-<setting>.png``."""
 
     rows: Metrics
     columns: Metrics

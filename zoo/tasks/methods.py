@@ -58,12 +58,28 @@ class RegressionMethod(BaseMethod):
 
 class StreamMethod(BaseMethod):
     """Base of a sequential method, built as ``cls(dim=..., classes=..., **hparams)``; a state is
-    whatever the method likes (tensors, a tuple), passed back to it."""
+    whatever the method likes (tensors, a tuple), passed back to it. ``classes = 0``: a
+    regression stream (real-valued targets), which only a method that sets ``regression`` takes.
+
+    Class attributes:
+        regression: the method also predicts real-valued targets (a Gaussian per example).
+        classification: the method predicts class probabilities.
+    """
 
     task = "sequential"
+    regression: ClassVar[bool] = False
+    classification: ClassVar[bool] = True
 
     def __init__(self, *, dim: int, classes: int, **hparams: Any):
         super().__init__(**hparams)
+        if classes == 0 and not self.regression:
+            raise ZooError(f"method {self.name!r} predicts classes, and this stream's targets are "
+                           "real-valued (a regression stream, classes = 0); run a method for "
+                           "regression streams on it (online-blr, bong)")
+        if classes > 0 and not self.classification:
+            raise ZooError(f"method {self.name!r} predicts real-valued targets, and this stream "
+                           f"has {classes} classes; run it on a regression stream "
+                           "(e.g. diabetes-stream)")
         self.dim, self.classes = dim, classes
 
     @abstractmethod
@@ -80,8 +96,9 @@ class StreamMethod(BaseMethod):
         """The state after seeing one example ``x [dim]`` with label ``y`` (a 0-d tensor)."""
 
     @abstractmethod
-    def predict(self, state: Any, x: Tensor) -> Tensor:
-        """Class probabilities ``[n, classes]`` for ``x [n, dim]``."""
+    def predict(self, state: Any, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """Class probabilities ``[n, classes]`` for ``x [n, dim]``; on a regression stream the
+        Gaussian predictive ``(mean [n], variance [n])``."""
 
 
 class IntegrationMethod(BaseMethod):

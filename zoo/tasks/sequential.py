@@ -1,17 +1,22 @@
-"""Sequential (online) classification: a stream of labelled examples seen once each, in a seeded
-order; the method keeps a state (``init``, ``update(state, x, y)``, ``predict(state, x)``), as in
-the Bayesian online natural-gradient family (Jones et al. 2024) and pyro's ``SMCFilter``.
+"""Sequential (online) classification and regression: a stream of labelled examples seen once
+each, in a seeded order; the method keeps a state (``init``, ``update(state, x, y)``,
+``predict(state, x)``), as in the Bayesian online natural-gradient family (Jones et al. 2024) and
+pyro's ``SMCFilter``.
 
 An episode is one stream: a pure function of (seed, data set, split, stream length, index). It is
-scored on the data set's held-out examples after each of the ``eval_steps`` updates: NLPD (mean
-negative log predictive probability), error rate and ECE (15 bins), and by the wall time per
-update. A record holds the whole curve (each point also the wall time of the updates so far); the
-summary gives the final numbers with 95% CIs over streams and the mean curve, plotted against
-examples seen and against wall time.
+scored on the data set's held-out examples after each of the ``eval_steps`` updates, and by the
+wall time per update. On a class stream: NLPD (mean negative log predictive probability), error
+rate and ECE (15 bins). On a regression stream (a data set with ``classes = 0``: real-valued
+targets) the method predicts a Gaussian ``N(mean, variance)`` per held-out example and is scored by
+its exact NLPD (mean ``log(2 pi var) / 2 + (y - mean)^2 / (2 var)``) and RMSE. A record holds
+the whole curve (each point also the wall time of the updates so far); the summary gives the
+final numbers with 95% CIs over streams and the mean curve, plotted against examples seen and
+against wall time.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,8 +64,9 @@ class Stream:
 
 @dataclass
 class StreamPrediction:
-    """Class probabilities on the held-out examples ``[H, classes]`` after each evaluation step,
-    and the wall time of every update."""
+    """The predictions on the held-out examples after each evaluation step: class probabilities
+    ``[H, classes]``, or on a regression stream the Gaussian predictive ``(mean [H], variance
+    [H])``; and the wall time of every update."""
 
     probs: list[Tensor]
     update_seconds: list[float]
@@ -71,8 +77,9 @@ class SequentialView(TaskView):
     """How sequential results are shown."""
 
     paired_key = "final_nlpd"
-    table_note = ("Held-out NLPD and error (%) after the whole stream, mean +- 95% CI over streams; "
-                  "ms per update. Curves along the stream: sequential-*.png; ECE: table.csv.")
+    table_note = ("Held-out NLPD and error (%; regression streams: RMSE) after the whole stream, "
+                  "mean +- 95% CI over streams; ms per update. Curves along the stream: "
+                  "sequential-*.png; ECE: table.csv.")
     report_metrics = (
         ReportMetric("final_nlpd", "NLPD after the stream", "lower", 1, 3, "nlpd_ci95",
                      "held-out negative log predictive density after the whole stream, mean over "
@@ -81,26 +88,36 @@ class SequentialView(TaskView):
                      "held-out classification error after the whole stream"),
         ReportMetric("final_ece", "ECE after the stream (%)", "lower", 100, 1, None,
                      "held-out expected calibration error after the whole stream"),
+        ReportMetric("final_rmse", "RMSE after the stream", "lower", 1, 3, "rmse_ci95",
+                     "held-out root mean squared error of the predictive mean after the whole "
+                     "regression stream"),
         ReportMetric("update_ms", "ms per update", None, 1, 2, None,
                      "wall-clock milliseconds of one update, mean"),
     )
     figures = (CurveGrid(rows=(("step", "examples seen"),
                                ("update_seconds", "wall time of the updates (s)")),
-                         columns=(("nlpd", "held-out NLPD"), ("error", "held-out error")),
+                         columns=(("nlpd", "held-out NLPD"), ("error", "held-out error"),
+                                  ("rmse", "held-out RMSE")),
                          name="sequential", x_scale="symlog"),)
 
     def cell_text(self, row: Mapping[str, Any], error: bool = False, latex: bool = False) -> str:
         pm = r"$\pm$" if latex else "±"
         pct = r"\%" if latex else "%"
+        if "final_rmse" in row:
+            return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, RMSE "
+                    f"{row['final_rmse']:.3f}, {row['update_ms']:.2f} ms/update")
         return (f"NLPD {row['final_nlpd']:.3f} {pm} {row['nlpd_ci95']:.3f}, error "
                 f"{100 * row['final_error']:.1f}{pct}, {row['update_ms']:.2f} ms/update")
 
     def done_line(self, r: Mapping[str, Any]) -> str:
+        if "final_rmse" in r:
+            return self.cell_text(r)
         return self.cell_text(r) + f", ECE {100 * r['final_ece']:.1f}%"
 
 
 class Sequential(Task):
-    """Online classification on a stream seen once: NLPD, error and ECE along the stream."""
+    """Online classification (NLPD, error, ECE) or regression (Gaussian NLPD, RMSE) on a stream
+    seen once, scored along the stream."""
 
     name = "sequential"
     view = SequentialView()
@@ -186,6 +203,9 @@ class Sequential(Task):
         raise ZooError("sequential methods are not meta-trained; set train_episodes = 0")
 
     def check(self, prediction: Any, stream: Stream, method: str) -> None:
+        if stream.held_y.is_floating_point():
+            self._check_gaussian(prediction, stream, method)
+            return
         checks = PredictionCheck(method, f"stream {stream.id}", "predict must return class "
                                  "probabilities [examples, classes], rows summing to 1")
         if not isinstance(prediction, StreamPrediction) or \
@@ -199,33 +219,67 @@ class Sequential(Task):
             if problem is not None:
                 checks.fail(problem)
 
+    def _check_gaussian(self, prediction: Any, stream: Stream, method: str) -> None:
+        import torch
+
+        checks = PredictionCheck(method, f"regression stream {stream.id}", "predict must return "
+                                 "the Gaussian predictive (mean [examples], variance [examples]), "
+                                 "variances positive")
+        if not isinstance(prediction, StreamPrediction) or \
+                len(prediction.probs) != len(stream.eval_steps):
+            checks.fail("did not give one prediction per evaluation step")
+        shape = tuple(stream.held_y.shape)
+        for p in prediction.probs:
+            if not (isinstance(p, tuple) and len(p) == 2
+                    and all(isinstance(t, torch.Tensor) for t in p)):
+                checks.fail(f"gave {type(p).__name__}, not a (mean, variance) pair of tensors")
+            mean, var = (t.detach().double().cpu() for t in p)
+            if tuple(mean.shape) != shape or tuple(var.shape) != shape:
+                checks.fail(f"mean and variance have shapes {tuple(mean.shape)} and "
+                            f"{tuple(var.shape)}, not {shape}")
+            if not (torch.isfinite(mean).all() and torch.isfinite(var).all()):
+                checks.fail("non-finite mean or variance")
+            if not (var > 0).all():
+                checks.fail(f"variance {float(var.min()):.3g} is not positive")
+
     def score(self, prediction: StreamPrediction, stream: Stream,
               temperature: float = 1.0) -> dict[str, Any]:
         y = stream.held_y.cpu()
         elapsed = np.concatenate([[0.0], np.cumsum(prediction.update_seconds)])
         curve = []
         for step, p in zip(stream.eval_steps, prediction.probs):
-            p = p.detach().double().cpu()
-            conf, guess = p.max(1)
-            correct = (guess == y).double()
-            curve.append({"step": step, "nlpd": nll(p, y), "error": float(1 - correct.mean()),
-                          "ece": ece_mce(conf.numpy(), correct.numpy())[0],
-                          "update_seconds": float(elapsed[step])})
+            if y.is_floating_point():
+                mean, var = (t.detach().double().cpu() for t in p)
+                err2 = (y.double() - mean).square()
+                point = {"nlpd": float((0.5 * (2 * math.pi * var).log() + err2 / (2 * var)).mean()),
+                         "rmse": float(err2.mean().sqrt())}
+            else:
+                p = p.detach().double().cpu()
+                conf, guess = p.max(1)
+                correct = (guess == y).double()
+                point = {"nlpd": nll(p, y), "error": float(1 - correct.mean()),
+                         "ece": ece_mce(conf.numpy(), correct.numpy())[0]}
+            curve.append({"step": step, **point, "update_seconds": float(elapsed[step])})
         last = curve[-1]
-        return {"seed": stream.info.get("seed"), "final_nlpd": last["nlpd"],
-                "final_error": last["error"], "final_ece": last["ece"],
+        finals = {f"final_{k}": v for k, v in last.items() if k in ("nlpd", "error", "ece", "rmse")}
+        return {"seed": stream.info.get("seed"), **finals,
                 "update_seconds": float(np.mean(prediction.update_seconds)), "curve": curve}
 
     def summarise(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         nlpd, nlpd_ci = mean_ci([r["final_nlpd"] for r in records])
-        error, error_ci = mean_ci([r["final_error"] for r in records])
         steps = [p["step"] for p in records[0]["curve"]]
-        keys = [k for k in ("nlpd", "error", "ece", "update_seconds") if k in records[0]["curve"][0]]
+        keys = [k for k in ("nlpd", "error", "ece", "rmse", "update_seconds")
+                if k in records[0]["curve"][0]]
         curve = [{"step": s, **{k: float(np.mean([r["curve"][i][k] for r in records]))
                                 for k in keys}} for i, s in enumerate(steps)]
-        return {"final_nlpd": nlpd, "nlpd_ci95": nlpd_ci, "final_error": error,
-                "error_ci95": error_ci,
-                "final_ece": float(np.mean([r["final_ece"] for r in records])),
+        if "final_rmse" in records[0]:
+            rmse, rmse_ci = mean_ci([r["final_rmse"] for r in records])
+            scores = {"final_rmse": rmse, "rmse_ci95": rmse_ci}
+        else:
+            error, error_ci = mean_ci([r["final_error"] for r in records])
+            scores = {"final_error": error, "error_ci95": error_ci,
+                      "final_ece": float(np.mean([r["final_ece"] for r in records]))}
+        return {"final_nlpd": nlpd, "nlpd_ci95": nlpd_ci, **scores,
                 "update_ms": 1000 * float(np.mean([r["update_seconds"] for r in records])),
                 "curve": curve, "test_episodes": len(records),
                 "eval_seconds_per_episode": float(np.mean([r["seconds"] for r in records]))}

@@ -7,6 +7,12 @@ dg with ``dg_mean`` ngd or vd-ekf, dg-mom, dlr with ``rank``), dynamics ``gamma`
 around the network's seeded initial weights; the predictive is the plug-in ``p(y | x, mu)``, Monte
 Carlo over ``theta ~ q`` or linearised Monte Carlo (``f(x, mu) + F (theta - mu)``, footnote 2),
 averaging probabilities.
+
+On a regression stream (real-valued targets) the likelihood is Gaussian, ``y ~ N(f(x, theta),
+noise_var)`` with one network output, and the predictive is Gaussian: the plug-in
+``N(f(x, mu), noise_var)``, or for ``mc`` and ``lin-mc`` the moments of the draws' outputs plus the
+noise, ``N(mean_s f_s, var_s f_s + noise_var)`` (for lin-mc with a linear network exactly the
+belief's predictive up to Monte Carlo error).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from zoo.gaussians import predictive
 from zoo.tasks import Stream, StreamMethod
 from zoo_bong.beliefs import DG_MEANS, FAMILIES, Belief, prior_belief
 from zoo_bong.curvature import CURVATURES, Curvature, linearised, monte_carlo
-from zoo_bong.likelihoods import Categorical
+from zoo_bong.likelihoods import Categorical, Gaussian
 from zoo_bong.networks import NETWORKS, build_network, flat_function
 from zoo_bong.rules import RULES, check_combination, update
 
@@ -64,10 +70,14 @@ class Bong(StreamMethod):
         "q": HParam(0.0, ge=0, doc="dynamics noise variance per step"),
         "network": HParam("cnn", choices=NETWORKS, doc="the paper's CNN, a one-hidden-layer "
                           "MLP or multinomial logistic regression"),
+        "hidden": HParam(64, ge=1, doc="hidden units of the mlp network"),
         "predictive": HParam("plugin", choices=PREDICTIVES,
                              doc="plug-in at the mean, Monte Carlo, or linearised Monte Carlo"),
         "predictive_samples": HParam(32, ge=1, doc="draws of the mc and lin-mc predictives"),
+        "noise_var": HParam(1.0, gt=0, doc="observation noise variance of the Gaussian "
+                            "likelihood on a regression stream (unused on class streams)"),
     }
+    regression = True
 
     def __init__(self, *, dim: int, classes: int, **hparams: Any):
         super().__init__(dim=dim, classes=classes, **hparams)
@@ -79,13 +89,17 @@ class Bong(StreamMethod):
                                  f"{h['family']!r}); leave it at 'ngd'")
         except ValueError as err:
             raise HyperParameterError(f"method 'bong': {err}") from None
-        self.network = build_network(h["network"], dim, classes)
+        try:
+            self.network = build_network(h["network"], dim, max(classes, 1), h["hidden"])
+        except ValueError as err:
+            raise HyperParameterError(f"method 'bong': {err}") from None
         theta, self._f = flat_function(self.network)
         self.register_buffer("theta0", theta)
-        self.likelihood = Categorical()
+        self.likelihood = (Gaussian(torch.full((1, 1), float(h["noise_var"]), dtype=theta.dtype))
+                           if classes == 0 else Categorical())
 
     def f_one(self, theta: Tensor, x: Tensor) -> Tensor:
-        """Logits ``[C]`` of one example ``x [dim]``."""
+        """Logits ``[C]`` (regression: the mean ``[1]``) of one example ``x [dim]``."""
         return self._f(theta, x[None])[0]
 
     def begin(self, stream: Stream) -> BongState:
@@ -110,14 +124,18 @@ class Bong(StreamMethod):
     def update(self, state: BongState, x: Tensor, y: Tensor) -> BongState:
         h = self.hparams
         x, y = x.to(self.theta0), y.to(self.theta0.device)
+        if self.classes == 0:
+            y = y.to(self.theta0).reshape(1)
         predicted = state.belief.dynamics(h["gamma"], h["q"])
         belief = update(predicted, lambda q: self.curvature(q, x, y, state.generator),
                         h["rule"], h["alpha"], h["iterations"])
         return BongState(belief, state.generator, state.predictive_seed, state.seen + 1)
 
-    def predict(self, state: BongState, x: Tensor) -> Tensor:
+    def predict(self, state: BongState, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         kind, q = self.hparams["predictive"], state.belief.gaussian
         x = x.to(q.mean)
+        if self.classes == 0:
+            return self._predict_gaussian(state, x)
         if kind == "plugin":
             return torch.softmax(predictive.plugin(lambda t: self._f(t, x), q), -1).float()
         generator = torch.Generator().manual_seed(state.predictive_seed)
@@ -128,3 +146,24 @@ class Bong(StreamMethod):
         else:
             probs = predictive.linearised(lambda t: self._f(t, x), q, draws, generator=generator)
         return probs.float()
+
+    def _predict_gaussian(self, state: BongState, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``(mean [n], variance [n])`` of the predictive on a regression stream."""
+        kind, q, noise = self.hparams["predictive"], state.belief.gaussian, self.hparams["noise_var"]
+        if kind == "plugin":
+            mean = predictive.plugin(lambda t: self._f(t, x)[:, 0], q)
+            return mean, torch.full_like(mean, noise)
+        generator = torch.Generator().manual_seed(state.predictive_seed)
+        draws = self.hparams["predictive_samples"]
+
+        def moments(f: Tensor) -> Tensor:
+            return torch.stack([f, f.square()], -1)
+
+        if kind == "mc":
+            m = predictive.monte_carlo(lambda t: moments(self._f(t, x)[:, 0]), q, draws,
+                                       generator=generator)
+        else:
+            m = predictive.linearised(lambda t: self._f(t, x)[:, 0], q, draws, link=moments,
+                                      generator=generator)
+        mean = m[..., 0]
+        return mean, (m[..., 1] - mean.square()).clamp_min(0) + noise
