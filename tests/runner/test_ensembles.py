@@ -101,3 +101,19 @@ def test_ensembles_are_not_scored_twice(ensembled):
     out, _, suite = ensembled
     again = run_suite(suite, out=out, device="cpu", progress=False)
     assert not again.finished and not again.failed
+
+
+def test_each_ensemble_cell_is_a_unit_of_its_own(ensembled):
+    from zoo.plugins import registry
+    from zoo.runner.bench import prepare_suite
+    from zoo.runner.cells import expand_cells
+    from zoo.runner.ensembles import ensemble_groups, ensemble_units, unit_ensemble
+
+    _, _, suite = ensembled
+    prepared, names = prepare_suite(suite, (), None, registry=registry())
+    groups = ensemble_groups(expand_cells(prepared, names, registry()))
+    units = ensemble_units(groups)
+    assert [[c.seed for c in u] for u in units] == [[0, 1], [1, 0]]  # scored on the first's episodes
+    cells = [unit_ensemble(u) for u in units]
+    assert [c.seed for c in cells] == [0, 1] and len({c.hash for c in cells}) == 2
+    assert all(c.shape["members"] == [0, 1] for c in cells)

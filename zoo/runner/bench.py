@@ -20,7 +20,12 @@ from tqdm.auto import tqdm
 from zoo.errors import UnknownNameError, ZooError
 from zoo.runner.cell import DatasetCache, Outcome
 from zoo.runner.cells import Cell, expand_cells
-from zoo.runner.ensembles import ensemble_cell, ensemble_groups, run_ensembles
+from zoo.runner.ensembles import (
+    ensemble_groups,
+    ensemble_units,
+    run_ensemble_units,
+    unit_ensemble,
+)
 from zoo.runner.executors import DEFAULT_THREADS, LocalExecutor, RayExecutor
 from zoo.runner.provenance import SHORT, other_code
 from zoo.runner.storage import Results
@@ -265,13 +270,18 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         try:
             runner.run(list(units.values()), on_done)
             groups = ensemble_groups(cells)
-            if groups:  # after every member: scored here, with this process's data sets
-                ensembles = [ensemble_cell(g, m.seed) for g in groups for m in g]
-                by_hash |= {c.hash: c for c in ensembles}
-                bar.total += len(ensembles)
+            if groups:  # after every member, as units of their own (in parallel, like trainings)
+                pending = []
+                for unit in ensemble_units(groups):
+                    cell = unit_ensemble(unit)
+                    by_hash[cell.hash] = cell
+                    if results.is_done(cell.hash):
+                        outcome.skipped += 1
+                    else:
+                        pending.append(unit)
+                bar.total += len(pending)
                 bar.refresh()
-                on_done(run_ensembles(groups, results, datasets, datasets.device, registry,
-                                      progress))
+                runner.run(pending, on_done, work=run_ensemble_units)
         finally:
             bar.close()
         log.info("suite %s: %d cells finished, %d failed, %d skipped in %.0f s", suite.name,

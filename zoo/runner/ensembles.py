@@ -20,7 +20,8 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +34,9 @@ from zoo.runner.provenance import environment
 from zoo.runner.storage import Results
 from zoo.runner.train import TrainedModel, has_split, train_model, validate
 from zoo.seeds import seed_everything
+
+if TYPE_CHECKING:
+    from zoo.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -62,44 +66,53 @@ def ensemble_cell(members: Sequence[Cell], seed: int) -> Cell:
                    shape={**base.shape, "members": seeds})
 
 
-def run_ensembles(groups: Sequence[Sequence[Cell]], results: Results, datasets: DatasetCache,
-                  device: str, registry: Any, progress: bool = False) -> list[Outcome]:
-    """Score every ensemble of ``groups`` not yet done; their ``done`` markers are written after
-    one flush to the disk."""
+def ensemble_units(groups: Sequence[Sequence[Cell]]) -> list[list[Cell]]:
+    """One unit of work per ensemble cell, for the executor to run in parallel: the members of
+    its group, the member whose test episodes it is scored on first (then the others in seed
+    order)."""
+    return [[m, *(o for o in group if o is not m)] for group in groups for m in group]
+
+
+def unit_ensemble(unit: Sequence[Cell]) -> Cell:
+    """The ensemble cell a unit of :func:`ensemble_units` scores."""
+    return ensemble_cell(sorted(unit, key=lambda c: c.seed), unit[0].seed)
+
+
+def run_ensemble_units(units: Sequence[Sequence[Cell]], root: Path, data_dir: str | None,
+                       device: str, threads: int = 0, progress: bool = False,
+                       datasets: DatasetCache | None = None, *, registry: Registry
+                       ) -> list[Outcome]:
+    """Score the ensemble cell of each unit of :func:`ensemble_units` not yet done (the
+    executor's work, as :func:`zoo.runner.cell.run_units` is for trainings); their ``done``
+    markers are written after one flush to the disk."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+    results = Results(root)
+    datasets = datasets or DatasetCache(data_dir, device, registry)
     env = environment(device, registry)
     env_text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
     outcomes: list[Outcome] = []
-    for members in groups:
+    for unit in units:
+        members, cell = sorted(unit, key=lambda c: c.seed), unit_ensemble(unit)
+        if results.is_done(cell.hash):
+            continue
         unfinished = [m.label for m in members if not results.is_done(m.hash)]
-        cells = [ensemble_cell(members, m.seed) for m in members]
-        todo = [c for c in cells if not results.is_done(c.hash)]
         if unfinished:
-            log.warning("ensemble of %s left out: member cell(s) %s did not finish",
-                        members[0].label, ", ".join(unfinished))
+            log.warning("%s left out: member cell(s) %s did not finish", cell.label,
+                        ", ".join(unfinished))
             continue
-        if not todo:
-            continue
+        _start(cell, results, env_text)
         try:
             ensemble, trainings = _load(members, results, datasets, device, registry)
+            result = _score(cell, ensemble, trainings, results, datasets, env, progress)
+        except (KeyboardInterrupt, SystemExit):
+            raise
         except Exception as exc:  # a member's model that cannot be loaded fails its ensemble
             message = _describe(exc)
-            for cell in todo:
-                _start(cell, results, env_text)
-                atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
-            outcomes += [Outcome(c.hash, c.label, error=_first_line(message)) for c in todo]
-            continue
-        for cell in todo:
-            _start(cell, results, env_text)
-            try:
-                result = _score(cell, ensemble, trainings, results, datasets, env, progress)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as exc:
-                message = _describe(exc)
-                atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
-                outcomes.append(Outcome(cell.hash, cell.label, error=_first_line(message)))
-            else:
-                outcomes.append(Outcome(cell.hash, cell.label, result=result))
+            atomic_write_text(results.cell_dir(cell.hash) / "error.txt", message)
+            outcomes.append(Outcome(cell.hash, cell.label, error=_first_line(message)))
+        else:
+            outcomes.append(Outcome(cell.hash, cell.label, result=result))
     done = [o for o in outcomes if o.result is not None]
     if done:
         sync_to_disk(results.root)

@@ -15,6 +15,8 @@ milliseconds, and with Ray one task per group instead of one per unit. A group o
 one unit. The local executor keeps one group per worker process running; the Ray executor one
 per unit the live nodes can hold at once (:func:`cluster_slots`, recounted as nodes come and go).
 Worker processes and Ray tasks start with the runner's malloc thresholds (:mod:`zoo.runner.malloc`).
+A run's units are all of one kind of work (:data:`Work`): trainings with the cells they score, or
+ensembles of trained seeds.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OnDone = Callable[[list[Outcome]], None]
+Work = Callable[..., list[Outcome]]
+"""What a unit of work is run by: :func:`zoo.runner.cell.run_units` (trainings and the cells they
+score) or :func:`zoo.runner.ensembles.run_ensemble_units` (ensembles of trained seeds); a
+module-level function (a worker process is given it by name) with ``run_units``' parameters."""
 RAY_RETRIES = 3  # re-runs of a unit whose node (or worker process) died
 GROUP_SECONDS = 2.0  # a group of units' time: its flush (~10 ms) is then under 1% of it
 MAX_GROUP = 256
@@ -61,24 +67,26 @@ def shared_folder_marker(root: Path) -> Path:
     return marker
 
 
-def run_units_on_node(marker: Path, units: Sequence[Sequence[Cell]], root: Path, *args
-                      ) -> list[Outcome]:
-    """:func:`run_units` (a group of units) on a cluster node, after checking that this node sees
-    the results folder the driver wrote ``marker`` into (cells write their own folders there)."""
+def run_units_on_node(marker: Path, units: Sequence[Sequence[Cell]], root: Path, *args,
+                      work: Work = run_units) -> list[Outcome]:
+    """``work`` (:func:`run_units`: a group of units) on a cluster node, after checking that this
+    node sees the results folder the driver wrote ``marker`` into (cells write their own folders
+    there)."""
     if not marker.exists():
         raise ZooError(f"the results folder {root} is not visible from Ray node {socket.gethostname()} "
                        f"(the driver on {marker.read_text() if marker.exists() else 'another host'} "
                        "wrote it): put --out on a file system every node mounts at the same path "
                        "(NFS, a shared volume), or run with --executor local")
-    return run_units_in_worker(units, root, *args)
+    return run_units_in_worker(units, root, *args, work=work)
 
 
-def run_units_in_worker(units: Sequence[Sequence[Cell]], root: Path, *args: Any) -> list[Outcome]:
-    """:func:`run_units` in a worker process (a pool's or a Ray node's): the entry of a bench
-    there, which loads that process's plugin registry (:func:`zoo.plugins.registry`)."""
+def run_units_in_worker(units: Sequence[Sequence[Cell]], root: Path, *args: Any,
+                        work: Work = run_units) -> list[Outcome]:
+    """``work`` (:func:`run_units`) in a worker process (a pool's or a Ray node's): the entry of a
+    bench there, which loads that process's plugin registry (:func:`zoo.plugins.registry`)."""
     from zoo.plugins import registry
 
-    return run_units(units, root, *args, registry=registry())
+    return work(units, root, *args, registry=registry())
 
 
 DEFAULT_THREADS = 1
@@ -204,14 +212,15 @@ class LocalExecutor:
         self.threads = resolve_threads(threads, self.workers)
         self.registry = registry
 
-    def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
+    def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone, work: Work = run_units
+            ) -> None:
         threads = self.threads
         pace = Pace(units, self.workers)
         if self.workers == 1:
             while group := pace.take():
                 start = time.perf_counter()
-                outcomes = run_units(group, self.root, self.data_dir, self.device, threads,
-                                     self.progress, self.datasets, registry=self.registry)
+                outcomes = work(group, self.root, self.data_dir, self.device, threads,
+                                self.progress, self.datasets, registry=self.registry)
                 pace.record(len(group), time.perf_counter() - start)
                 on_done(outcomes)
             return
@@ -225,7 +234,7 @@ class LocalExecutor:
                 group = pace.take()
                 if group:
                     future = pool.submit(run_units_in_worker, [list(u) for u in group], self.root,
-                                         self.data_dir, self.device, threads, False)
+                                         self.data_dir, self.device, threads, False, work=work)
                     running[future] = (len(group), time.perf_counter())
 
             try:
@@ -266,7 +275,8 @@ class RayExecutor:
         self.workers, self.address = max(1, workers), address
         self.threads = resolve_threads(threads, self.workers)
 
-    def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone) -> None:
+    def run(self, units: Sequence[Sequence[Cell]], on_done: OnDone, work: Work = run_units
+            ) -> None:
         try:
             import ray
         except ImportError as exc:
@@ -310,7 +320,7 @@ class RayExecutor:
                 group = pace.take()
                 if group:
                     ref = task.remote(marker, [list(u) for u in group], self.root, self.data_dir,
-                                      self.device, threads, False)
+                                      self.device, threads, False, work=work)
                     running[ref] = (len(group), time.perf_counter())
 
             for _ in range(pace.workers):
