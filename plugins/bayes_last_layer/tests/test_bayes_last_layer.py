@@ -216,3 +216,26 @@ def test_the_test_budget_is_the_meta_training_budget():
     backbone was meta-learned for, not the ELBO's optimum."""
     defaults = BayesLastLayer.hyperparameters
     assert defaults["steps_test"].default == defaults["steps_train"].default == 10
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_own_uncertainty_is_the_latent_variance_of_the_weight_draws(family):
+    """``extras["uncertainty"]`` is ``sum_c Var_q(phi^T w_c)``: the variance over 40,000 draws of
+    the head's weights from the fitted belief, within Monte-Carlo error."""
+    from zoo.families import weight_samples
+
+    g = torch.Generator().manual_seed(0)
+    support, query = torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g)
+    episode = Episode(support, torch.tensor([0, 1, 0, 1]), query, torch.zeros(5, dtype=torch.long),
+                      way=2, shot=2, info={"seed": 0})
+    method = BayesLastLayer(IdentityBackbone(3), way=2, family=family, steps_test=3).eval()
+    with torch.no_grad():
+        own = method.predict(episode.unlabelled()).extras["uncertainty"].double()
+        phi_s, phi_q = method.head_features(episode)
+    q, _ = method.posterior(phi_s, episode)
+    n = q.noise_dim * (q.batch_shape.numel() if q.batch_shape else 1)
+    z = torch.randn(40_000, n, generator=torch.Generator().manual_seed(1), dtype=DT)
+    with torch.no_grad():
+        f = phi_q @ weight_samples(q, 2, z).mT  # [S, Q, C]
+    assert own.shape == (5,)
+    assert torch.allclose(own, f.var(0).sum(-1), rtol=0.03)

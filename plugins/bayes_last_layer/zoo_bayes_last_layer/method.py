@@ -14,7 +14,8 @@ two scalings of one step's objective (Sec. 2.1):
 
 The two are the same objective up to the factor ``b``; with plain ascent that factor is the step
 size, so the choice sets how far a step moves (``mean`` keeps it independent of the shot); Adam is
-invariant to it. Prediction averages ``softmax(W phi)`` over the estimator's draws of ``W`` (Sec. 2).
+invariant to it. Prediction averages ``softmax(W phi)`` over the estimator's draws of ``W`` (Sec. 2);
+its own uncertainty is the latent variance ``Var_q(phi^T w_c)`` summed over the classes.
 
 The backbone (and a learned prior) is meta-learned through the unrolled inner VI
 (``backbone_training = "meta"``: the loss is the query negative log predictive after
@@ -101,7 +102,8 @@ def scaled_elbo(ell: Tensor, kl: Tensor, n: int, batches: int, scaling: str) -> 
 class BayesLastLayer(LastLayerMethod):
     """See the module docstring; ``family`` picks the Gaussian over the head's weights."""
 
-    uncertainty_name = ""  # its predictive gives no per-query latent variance to report
+    # its own uncertainty: the family's, the latent variance of f_c = phi^T w_c under q summed
+    # over classes (uncertainty_name of LatentGaussianMethod)
 
     name: ClassVar[str] = "bayes-last-layer"
     inner_objective_name = "ELBO per support point"
@@ -259,4 +261,6 @@ class BayesLastLayer(LastLayerMethod):
         q, trace = self.posterior(phi_s, episode)
         probs = self.weight_probabilities(phi_q, q, episode, salt=1,
                                           samples=self.hparams["samples_test"])
-        return Prediction(probs.detach().float(), {"inner_objective": trace})
+        _, var = linear_gaussian_marginals(phi_q.detach(), q, episode.way)
+        return Prediction(probs.detach().float(), {"inner_objective": trace,
+                                                   "uncertainty": var.detach().sum(-1).float()})

@@ -768,3 +768,35 @@ def test_conditional_scores_are_the_average_of_the_state_scores_given_w():
     m_f, v_f = method.state_predictive(Kss, f, Ksq, kqq, ep)
     assert worst(m_f, v_f) < 4.5
     assert worst(m_f, kqq.T.expand_as(v_f)) > 4.5
+
+
+def test_pair_variances_sum_to_the_centred_trace():
+    """``sum_{c < c'} Var(f_c - f_c') = C tr(S) - 1^T S 1``, and each is ``u^T S u`` for ``u = e_c
+    - e_c'``."""
+    from zoo_ove import pair_variances
+
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(2, 3, 4, 4, generator=g, dtype=torch.float64)
+    S = A @ A.transpose(-1, -2)
+    v = pair_variances(S)
+    assert torch.allclose(v.sum(-1), 4 * torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) - S.sum((-1, -2)))
+    a, b = torch.triu_indices(4, 4, 1)
+    u = torch.eye(4, dtype=torch.float64)[a] - torch.eye(4, dtype=torch.float64)[b]  # [6, 4]
+    assert torch.allclose(v, torch.einsum("pi,...ij,pj->...p", u, S, u))
+
+
+@pytest.mark.parametrize("predictive", ["conditional", "samples"])
+def test_own_uncertainty_is_the_prior_far_from_the_support_and_lower_at_it(predictive):
+    """A query far from every support point (RBF kernel ~ 0) keeps the prior's variance of each
+    difference, ``2 k(x, x)``, summed over the ``C (C - 1) / 2`` pairs; one on a support point has
+    less."""
+    support = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    episode = Episode(support, torch.arange(3), torch.tensor([[0.0, 0.0], [40.0, 40.0]]),
+                      torch.zeros(2, dtype=torch.long), way=3, shot=1, info={"seed": 0})
+    method = OVE(IdentityBackbone(2), way=3, kernel=RBFKernel(2), chains=4, test_steps=5,
+                 predictive=predictive).eval()
+    with torch.no_grad():
+        own = method.predict(episode.unlabelled()).extras["uncertainty"]
+        prior = 3 * 2 * float(method.kernel(torch.zeros(1, 2), torch.zeros(1, 2)).squeeze())
+    assert own.shape == (2,) and float(own[1]) == pytest.approx(prior, rel=1e-5)
+    assert float(own[0]) < 0.9 * prior

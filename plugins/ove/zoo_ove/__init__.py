@@ -192,11 +192,15 @@ class Pairs:
 
 
 class OVE(GPMethod):
-    """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``. Its predictive is
-    over pairwise class functionals, not per-class latent marginals: it declares no own
-    uncertainty."""
+    """OVE Polya-Gamma GP with Gibbs sampling; ``loss`` is ``ml`` or ``pl``. Its predictive
+    integrates over the pairwise differences ``f_c - f_c'`` of the class functions at the query
+    (the one-vs-each likelihood sees nothing else): its own uncertainty is their latent
+    predictive variance, summed over the unordered class pairs and averaged over the chains (or
+    Gibbs states), ``sum_{c < c'} Var(f_c - f_c') = C tr(S) - 1^T S 1`` for the query's class
+    covariance ``S``: large where the query is far from the support in the kernel's geometry."""
 
-    uncertainty_name = ""
+    uncertainty_name = ("latent predictive variance of the pairwise class differences f_c - f_c', "
+                        "summed over class pairs (mean over chains)")
 
     name = "ove"
     inner_objective_name = "log-likelihood of the support labels at the Gibbs state"
@@ -377,10 +381,7 @@ class OVE(GPMethod):
         joint Gaussian predictive given its ``w`` (:meth:`joint_predictive`), by
         :meth:`pair_scores` on each pairwise difference, a one-dimensional Gaussian."""
         mean, cov = self.joint_predictive(post, pairs, Ksq, kqq)
-        C = mean.shape[-1]
-        a, b = torch.triu_indices(C, C, 1, device=mean.device)
-        var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
-        return self.pair_scores(mean, var_c[..., a] + var_c[..., b] - 2 * cov[..., a, b])
+        return self.pair_scores(mean, pair_variances(cov))
 
     @staticmethod
     def joint_predictive(post: SitePosterior | WeightPosterior, pairs: Pairs, Ksq: Gram,
@@ -446,7 +447,9 @@ class OVE(GPMethod):
         mean, var = post.predict(Ksq, kqq)  # [S, C, Q]
         return mean.transpose(-1, -2), var.transpose(-1, -2)
 
-    def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float]]:
+    def query_probs(self, episode: Episode, steps: int) -> tuple[Tensor, list[float], Tensor]:
+        """The queries' class probabilities ``[Q, C]``, the Gibbs trace, and the latent variance
+        of the pairwise differences summed over pairs, mean over chains (or states), ``[Q]``."""
         mats = self.kernel_matrices(episode)
         pairs = Pairs(episode.support_y, episode.way)
         samples = self.hparams["predictive"] == "samples"
@@ -457,16 +460,20 @@ class OVE(GPMethod):
         if samples:
             mean, var = self.state_predictive(mats.Kss, f, mats.Ksq, mats.kqq, episode)
             a, b = torch.triu_indices(C, C, 1, device=mean.device)
-            scores = self.pair_scores(mean, var[..., a] + var[..., b])
-            return torch.softmax(scores, -1).mean(0), trace
+            diff_var = var[..., a] + var[..., b]  # given f the classes are independent
+            scores = self.pair_scores(mean, diff_var)
+            return torch.softmax(scores, -1).mean(0), trace, diff_var.sum(-1).mean(0)
         prior = self.pair_gram(mats.Kss, pairs, functionals=Q * C)
 
-        def block_probs(lam: Tensor) -> Tensor:
+        def block_probs(lam: Tensor) -> tuple[Tensor, Tensor]:
             post = self.posterior(prior, lam, torch.full_like(lam, 0.5), episode)
-            return torch.softmax(self.class_log_scores(post, pairs, mats.Ksq, mats.kqq), -1)
+            mean, cov = self.joint_predictive(post, pairs, mats.Ksq, mats.kqq)
+            diff_var = pair_variances(cov)
+            return torch.softmax(self.pair_scores(mean, diff_var), -1), diff_var.sum(-1)
 
         blocks = [(lam,) for lam in w.split(self.chains_at_once(prior, len(pairs.point), Q, C))]
-        return torch.cat(self.in_blocks(block_probs, blocks)).mean(0), trace
+        probs, spread = zip(*self.in_blocks(block_probs, blocks), strict=True)
+        return torch.cat(probs).mean(0), trace, torch.cat(spread).mean(0)
 
     def in_blocks(self, fn, blocks: list[tuple[Tensor, ...]]) -> list[Tensor]:
         """``fn`` on each block's arguments. Where a gradient flows (``loss = pl``) and there is
@@ -485,7 +492,7 @@ class OVE(GPMethod):
     def meta_loss(self, episode: Episode) -> Tensor:
         steps = self.hparams["train_steps"]
         if self.hparams["loss"] == "pl":
-            probs, _ = self.query_probs(episode, steps)
+            probs, _, _ = self.query_probs(episode, steps)
             picked = probs.gather(1, episode.query_y[:, None]).clamp_min(1e-300)
             return -picked.log().mean()
         K, y = self.labelled_kernel(episode)
@@ -558,8 +565,18 @@ class OVE(GPMethod):
         return value + (grad_K * (K - K_fixed)).sum()
 
     def predict(self, episode: Episode) -> Prediction:
-        probs, trace = self.query_probs(episode, self.hparams["test_steps"])
-        return Prediction(probs.float(), extras={"inner_objective": trace})
+        probs, trace, spread = self.query_probs(episode, self.hparams["test_steps"])
+        return Prediction(probs.float(), extras={"inner_objective": trace,
+                                                 "uncertainty": spread.float()})
+
+
+def pair_variances(cov: Tensor) -> Tensor:
+    """``Var(f_c - f_c') = S_cc + S_c'c' - 2 S_cc'`` ``[..., C (C - 1) / 2]`` for ``c < c'``
+    (``triu_indices`` order) from class covariances ``S`` ``[..., C, C]``."""
+    C = cov.shape[-1]
+    a, b = torch.triu_indices(C, C, 1, device=cov.device)
+    var_c = torch.diagonal(cov, dim1=-2, dim2=-1)
+    return var_c[..., a] + var_c[..., b] - 2 * cov[..., a, b]
 
 
 def _logsigmoid_of_scalar(f: Tensor) -> Tensor:
