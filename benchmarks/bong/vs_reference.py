@@ -94,6 +94,48 @@ def _inert_attribute(name: str):
     return _Inert("Inert", (), {})
 
 
+#: ``--patched``: the smallest edits that make each differing reference cell agree, one per bug
+#: (file, pattern, replacement, what it fixes), applied to a copy of the checkout.
+PATCHES = [
+    ("bog.py", r"- 4 \* learning_rate \* jnp\.outer\(([^,]+), mean\)",
+     r"- 2 * learning_rate * (jnp.outer(\1, mean) + jnp.outer(mean, \1))",
+     "BOG-FC: the natural-parameter gradient's outer term symmetrised"),
+    ("bbb.py", r"new_prec = prec - 2 \* learning_rate \* cov @ prec_update",
+     "new_prec = prec - learning_rate * (cov @ prec_update + (cov @ prec_update).T)",
+     "BBB-FC: the same term symmetrised"),
+    ("bog.py", r"cov \* mean @ update_term", "cov * mean * update_term",
+     "BOG-DG-LIN-HESS: elementwise product, not a dot product"),
+    ("blr.py", r"cov @ \(H\.T @ R_inv @ H \+ prec - prec0\) @ cov",
+     "cov @ (-H.T @ R_inv @ H + prec - prec0) @ cov",
+     "BLR-FC-mom-LIN-HESS: G = -H^T R^-1 H"),
+    ("blr.py", r"\(\(HTRinv \* H\.T\)\.sum\(-1\) - prec0 \+ prec\)",
+     "(-(HTRinv * H.T).sum(-1) - prec0 + prec)", "BLR-DG-mom-LIN-HESS: the same sign"),
+    ("bbb.py", r"prec_lr @ \(\s*prec_lr0\.T @ \(mean0 - mean\)",
+     "prec_lr0 @ (prec_lr0.T @ (mean0 - mean)", "BBB-DLR: Lambda_0 = Ups_0 + W_0 W_0^T"),
+]
+
+
+def patched_copy(path: str) -> str:
+    """A copy of the checkout with :data:`PATCHES` applied; each must match."""
+    import re
+    import shutil
+    import tempfile
+
+    out = os.path.join(tempfile.mkdtemp(prefix="bong-patched-"), "bong-src")
+    shutil.copytree(path, out, ignore=shutil.ignore_patterns(".git", "results"))
+    for name, pattern, replacement, what in PATCHES:
+        file = os.path.join(out, "bong", "src", name)
+        with open(file) as f:
+            text = f.read()
+        new, count = re.subn(pattern, replacement, text)
+        if count == 0:
+            sys.exit(f"patch for {what!r} matches nothing in {name}: not the reference's HEAD?")
+        with open(file, "w") as f:
+            f.write(new)
+        print(f"patched {name} ({count} x): {what}")
+    return out
+
+
 def import_reference(path: str):
     for name in ("flax", "flax.linen", "jax_tqdm", "optuna"):
         module = types.ModuleType(name)
@@ -386,12 +428,14 @@ def main() -> None:
     p.add_argument("--env", required=True, help="a virtual environment with jax (created if "
                    "missing); never the zoo's")
     p.add_argument("--problems", default="gaussian,separable,categorical")
+    p.add_argument("--patched", action="store_true", help="compare with a copy of the reference "
+                   "with the PATCHES applied (one per bug found)")
     args = p.parse_args()
     if not os.path.isfile(os.path.join(args.reference, "bong", "src", "bong.py")):
         sys.exit(f"--reference {args.reference!r} has no bong/src/bong.py; clone "
                  "petergchang/bong there")
     prepare_env(args.env)
-    ref = import_reference(args.reference)
+    ref = import_reference(patched_copy(args.reference) if args.patched else args.reference)
     jax = ref[0]
     probs = problems(jax)
     keys = [jax.random.fold_in(jax.random.PRNGKey(0), t) for t in range(STEPS)]
