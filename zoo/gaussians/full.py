@@ -23,21 +23,34 @@ class FullGaussian(Gaussian):
     :meth:`from_scale_tril`, :meth:`from_precision`, :meth:`from_precision_tril` or
     :meth:`from_natural`. ``parameterisation`` is ``"moment"`` or ``"natural"``."""
 
-    def __init__(self, mean: Tensor, tril: Tensor, parameterisation: str,
-                 covariance: Tensor | None = None):
+    def __init__(self, mean: Tensor, tril: Tensor | None, parameterisation: str,
+                 covariance: Tensor | None = None, precision: Tensor | None = None):
         if parameterisation not in ("moment", "natural"):
             raise ValueError(f"parameterisation must be 'moment' or 'natural', got "
                              f"{parameterisation!r}")
-        self.mean, self.tril, self.parameterisation = mean, tril, parameterisation
-        self._cov = covariance
+        if tril is None and (parameterisation != "moment" or covariance is None):
+            raise ValueError("a FullGaussian without its Cholesky factor needs the covariance "
+                             "(parameterisation 'moment')")
+        self.mean, self.parameterisation = mean, parameterisation
+        self._tril, self._cov, self._prec = tril, covariance, precision
+
+    @property
+    def tril(self) -> Tensor:
+        """The stored Cholesky factor (``L`` of ``Sigma`` or ``U`` of ``Lambda``); for a Gaussian
+        built from a dense covariance, computed on first use (``O(P^3)``)."""
+        if self._tril is None:
+            self._tril = torch.linalg.cholesky(self._cov)
+        return self._tril
 
     @classmethod
-    def from_moments(cls, mean: Tensor, cov: Tensor, scale_tril: Tensor | None = None
-                     ) -> FullGaussian:
-        """From ``Sigma`` (and its Cholesky factor if known); ``Sigma`` is kept, so
-        :meth:`covariance` and :meth:`variance` return it and its diagonal, not ``L L^T``."""
-        tril = torch.linalg.cholesky(cov) if scale_tril is None else scale_tril
-        return cls(mean, tril, "moment", cov)
+    def from_moments(cls, mean: Tensor, cov: Tensor, scale_tril: Tensor | None = None,
+                     precision: Tensor | None = None) -> FullGaussian:
+        """From ``Sigma`` (and its Cholesky factor and precision if known); ``Sigma`` is kept, so
+        :meth:`covariance` and :meth:`variance` return it and its diagonal, not ``L L^T``, and
+        :meth:`precision` returns ``precision`` when given. The Cholesky factor, if not given, is
+        computed when first needed (sampling, densities, KL), so a recursion that updates
+        ``Sigma`` (and ``Lambda``) in ``O(P^2 K)`` per step pays ``O(P^3)`` only for those."""
+        return cls(mean, scale_tril, "moment", cov, precision)
 
     @classmethod
     def from_scale_tril(cls, mean: Tensor, scale_tril: Tensor) -> FullGaussian:
@@ -133,6 +146,8 @@ class FullGaussian(Gaussian):
         return torch.cholesky_inverse(self.tril)
 
     def precision(self) -> Tensor:
+        if self._prec is not None:
+            return self._prec
         if self.parameterisation == "natural":
             return self.tril @ self.tril.mT
         return torch.cholesky_inverse(self.tril)

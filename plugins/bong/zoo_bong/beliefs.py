@@ -88,84 +88,163 @@ class Belief(ABC):
         """One plain-gradient step in the family's coordinates (same objective)."""
 
 
-class FullNatural(Belief):
+def _low_rank_step(cov: Tensor, prec: Tensor, u: Tensor, c: Tensor, family: str
+                   ) -> tuple[Tensor, Tensor]:
+    """``(Sigma', Lambda')`` for ``Lambda' = Lambda + U C U^T`` with ``U [P, K]`` and ``C [K, K]``
+    symmetric, invertible, possibly indefinite, in ``O(P^2 K)`` (no ``P x P`` factorisation):
+    Woodbury, ``Sigma' = Sigma - Sigma U S^-1 U^T Sigma`` with the capacitance
+    ``S = C^-1 + U^T Sigma U [K, K]``. ``Lambda'`` is positive definite exactly when ``S`` has as many
+    negative eigenvalues as ``C`` and none zero (Haynsworth's inertia additivity applied to
+    ``[[Lambda, U], [U^T, -C^-1]]`` both ways), which is checked on ``S``'s ``K`` eigenvalues;
+    otherwise :class:`BeliefError`. The roles swap for a covariance update: ``(Lambda', Sigma')`` =
+    ``_low_rank_step(prec, cov, U, C)`` for ``Sigma' = Sigma + U C U^T``."""
+    b = cov @ u
+    s = torch.linalg.inv(c) + u.mT @ b
+    evals, evecs = torch.linalg.eigh(0.5 * (s + s.mT))
+    tiny = torch.finfo(s.dtype).eps * len(s) * evals.abs().max()
+    if (not torch.isfinite(evals).all() or bool((evals.abs() <= tiny).any())
+            or int((evals < 0).sum()) != int((torch.linalg.eigvalsh(c) < 0).sum())):
+        _refuse(family, "positive definiteness")
+    rotated = b @ evecs
+    return cov - (rotated / evals) @ rotated.mT, prec + u @ c @ u.mT
+
+
+def _eye(x: Tensor, k: int) -> Tensor:
+    return torch.eye(k, dtype=x.dtype, device=x.device)
+
+
+class _Full(Belief):
+    """A full-covariance belief held by its mean, covariance ``Sigma`` and precision ``Lambda``.
+
+    A natural step of the expected log-likelihood (BONG; BLR's step from the predicted belief)
+    adds a rank-``K`` term to one of ``Sigma`` or ``Lambda`` (``K`` = ``C`` for LIN-HESS, 1 for
+    LIN-EF, ``M`` for MC-EF), and a plain-gradient step (BOG; BBB's from the predicted belief) a
+    rank-``K + 2`` one; both are applied to ``Sigma`` and ``Lambda`` by :func:`_low_rank_step` in
+    ``O(P^2 K)`` (the covariance form of the Kalman update, ``C x C`` solves instead of a ``P x P``
+    Cholesky). An iterate of BLR or BBB away from the predicted belief mixes the two precisions
+    ``(1 - alpha) Lambda + alpha Lambda_0``, which is not low-rank: that step is dense
+    (``O(P^3)``). The Cholesky factor is computed only when sampling or a density needs it.
+    """
+
+    @classmethod
+    def from_covariance(cls, mu: Tensor, cov: Tensor) -> _Full:
+        chol = _cholesky(cov, cls.family)
+        return cls(FullGaussian.from_moments(mu, cov, chol, torch.cholesky_inverse(chol)))
+
+    @classmethod
+    def from_precision(cls, mu: Tensor, prec: Tensor) -> _Full:
+        cov = torch.cholesky_inverse(_cholesky(prec, cls.family))
+        return cls(FullGaussian.from_moments(mu, cov, precision=prec))
+
+    def _with(self, mu: Tensor, cov: Tensor, prec: Tensor) -> _Full:
+        return type(self)(FullGaussian.from_moments(mu, cov, precision=prec))
+
+    @property
+    def cov(self) -> Tensor:
+        return self.gaussian.covariance()
+
+    @property
+    def prec(self) -> Tensor:
+        return self.gaussian.precision()
+
+    def dynamics(self, gamma: float, q: float) -> _Full:
+        if gamma == 1 and q == 0:
+            return self
+        eye = _eye(self.mu, len(self.mu))
+        return self.from_covariance(gamma * self.mu, gamma ** 2 * self.cov + q * eye)
+
+    def _vi(self, curv: Curvature, prior: _Full) -> tuple[Tensor, Tensor]:
+        """``(g_VI, G_VI)`` against a prior other than the current belief (dense)."""
+        return (curv.g + prior.prec @ (prior.mu - self.mu),
+                curv.dense() - prior.prec + self.prec)
+
+
+class FullNatural(_Full):
     """FC: mean and precision ``Lambda`` (natural parameters ``(Lambda mu, -Lambda / 2)``)."""
 
     family = "fc"
 
     @classmethod
     def make(cls, mu: Tensor, prec: Tensor) -> FullNatural:
-        return cls(FullGaussian.from_precision_tril(mu, _cholesky(prec, cls.family)))
-
-    def dynamics(self, gamma: float, q: float) -> FullNatural:
-        if gamma == 1 and q == 0:
-            return self
-        eye = torch.eye(len(self.mu)).to(self.mu)
-        cov = gamma ** 2 * self.gaussian.covariance() + q * eye
-        return FullNatural.make(gamma * self.mu, torch.linalg.inv(cov))
+        return cls.from_precision(mu, prec)
 
     def natural_step(self, curv: Curvature, alpha: float, prior: FullNatural | None = None
                      ) -> FullNatural:
-        # Lambda_i = (1 - a) Lambda + a (Lambda_0 - G),  mu_i = mu + a Sigma_i g_VI  (notes §2.4)
-        p = prior or self
-        prior_prec = p.gaussian.precision()
-        prec = (1 - alpha) * self.gaussian.precision() + alpha * (prior_prec - curv.dense())
-        g_vi = curv.g + prior_prec @ (p.mu - self.mu)
+        # Lambda_i = (1 - a) Lambda + a (Lambda_0 - G),  mu_i = mu + a Sigma_i g_VI  (notes §2.4);
+        # from the prior itself Lambda_i = Lambda + a root root^T and g_VI = g.
+        if prior is None or prior is self:
+            root = curv.root
+            cov, prec = _low_rank_step(self.cov, self.prec, root, alpha * _eye(root, root.shape[1]),
+                                       self.family)
+            return self._with(self.mu + alpha * cov @ curv.g, cov, prec)
+        g_vi = curv.g + prior.prec @ (prior.mu - self.mu)
+        prec = (1 - alpha) * self.prec + alpha * (prior.prec - curv.dense())
         chol = _cholesky(prec, self.family)
         mu = self.mu + alpha * torch.cholesky_solve(g_vi[:, None], chol)[:, 0]
-        return FullNatural(FullGaussian.from_precision_tril(mu, chol))
+        return self._with(mu, torch.cholesky_inverse(chol), prec)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: FullNatural | None = None
                       ) -> FullNatural:
         # GD on psi = (Lambda mu, -Lambda / 2): grad_psi1 = Sigma g, grad_psi2 = (2 Sigma g mu^T)_sym
         # + Sigma G Sigma; Lambda = -2 psi2 (notes §2.4, BOG; BBB with (g_VI, G_VI)).
-        cov, lam = self.gaussian.covariance(), self.gaussian.precision()
-        g, big_g = curv.g, curv.dense()
-        if prior is not None:
-            prior_prec = prior.gaussian.precision()
-            g = g + prior_prec @ (prior.mu - self.mu)
-            big_g = big_g - prior_prec + lam
+        cov = self.cov
+        if prior is None or prior is self:
+            # Lambda' = Lambda + U C U^T with U = [Sigma root, s, mu], s = Sigma g and
+            # C = diag(2a I_K, [[0, -2a], [-2a, 0]]); psi1' = Lambda mu + a s, so
+            # mu' = Sigma' psi1' = mu - Sigma' U C U^T mu + a Sigma' s.
+            s = cov @ curv.g
+            u = torch.cat([(cov @ curv.root).mT, s[None], self.mu[None]]).mT
+            k = curv.root.shape[1]
+            c = torch.zeros(k + 2, k + 2, dtype=s.dtype, device=s.device)
+            c[:k, :k] = 2 * alpha * _eye(s, k)
+            c[k, k + 1] = c[k + 1, k] = -2 * alpha
+            cov, prec = _low_rank_step(cov, self.prec, u, c, self.family)
+            return self._with(self.mu + cov @ (alpha * s - u @ (c @ (u.mT @ self.mu))), cov, prec)
+        g, big_g = self._vi(curv, prior)
         sg = cov @ g
         d_psi2 = torch.outer(sg, self.mu) + torch.outer(self.mu, sg) + cov @ big_g @ cov
-        chol = _cholesky(lam - 2 * alpha * d_psi2, self.family)
-        psi1 = lam @ self.mu + alpha * sg
-        mu = torch.cholesky_solve(psi1[:, None], chol)[:, 0]
-        return FullNatural(FullGaussian.from_precision_tril(mu, chol))
+        prec = self.prec - 2 * alpha * d_psi2
+        chol = _cholesky(prec, self.family)
+        mu = torch.cholesky_solve((self.prec @ self.mu + alpha * sg)[:, None], chol)[:, 0]
+        return self._with(mu, torch.cholesky_inverse(chol), prec)
 
 
-class FullMoment(Belief):
+class FullMoment(_Full):
     """FC-mom: mean and covariance ``Sigma``."""
 
     family = "fc-mom"
 
     @classmethod
     def make(cls, mu: Tensor, cov: Tensor) -> FullMoment:
-        return cls(FullGaussian.from_scale_tril(mu, _cholesky(cov, cls.family)))
+        return cls.from_covariance(mu, cov)
 
-    def dynamics(self, gamma: float, q: float) -> FullMoment:
-        eye = torch.eye(len(self.mu)).to(self.mu)
-        return FullMoment.make(gamma * self.mu, gamma ** 2 * self.gaussian.covariance() + q * eye)
-
-    def _vi(self, curv: Curvature, prior: FullMoment | None) -> tuple[Tensor, Tensor]:
-        if prior is None:
-            return curv.g, curv.dense()
-        prior_prec = prior.gaussian.precision()
-        return (curv.g + prior_prec @ (prior.mu - self.mu),
-                curv.dense() - prior_prec + self.gaussian.precision())
+    def _covariance_step(self, mu: Tensor, u: Tensor, c: Tensor) -> FullMoment:
+        """``Sigma' = Sigma + U C U^T`` (and ``Lambda'`` by Woodbury), ``O(P^2 K)``."""
+        prec, cov = _low_rank_step(self.prec, self.cov, u, c, self.family)
+        return self._with(mu, cov, prec)
 
     def natural_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
                      ) -> FullMoment:
         # NGD in (mu, Sigma): mu += a Sigma g_VI, Sigma += a Sigma G_VI Sigma: first order in
-        # Sigma G, hence not exact in the conjugate case (notes §2.4).
+        # Sigma G, hence not exact in the conjugate case (notes §2.4). From the prior itself
+        # (g_VI, G_VI) = (g, -root root^T): Sigma' = Sigma - a (Sigma root)(Sigma root)^T.
+        cov = self.cov
+        if prior is None or prior is self:
+            b = cov @ curv.root
+            return self._covariance_step(self.mu + alpha * cov @ curv.g, b,
+                                         -alpha * _eye(b, b.shape[1]))
         g, big_g = self._vi(curv, prior)
-        cov = self.gaussian.covariance()
         return FullMoment.make(self.mu + alpha * cov @ g, cov + alpha * cov @ big_g @ cov)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
                       ) -> FullMoment:
+        # mu += a g_VI, Sigma += a G_VI / 2
+        if prior is None or prior is self:
+            k = curv.root.shape[1]
+            return self._covariance_step(self.mu + alpha * curv.g, curv.root,
+                                         -0.5 * alpha * _eye(curv.root, k))
         g, big_g = self._vi(curv, prior)
-        return FullMoment.make(self.mu + alpha * g,
-                               self.gaussian.covariance() + 0.5 * alpha * big_g)
+        return FullMoment.make(self.mu + alpha * g, self.cov + 0.5 * alpha * big_g)
 
 
 DG_MEANS = ("ngd", "vd-ekf")
