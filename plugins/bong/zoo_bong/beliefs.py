@@ -26,10 +26,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.func import grad
 
 from zoo import ZooError
-from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian, LowRankPrecisionGaussian, kl_divergence
+from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian, LowRankPrecisionGaussian
 from zoo_bong.curvature import Curvature
 
 FAMILIES = ("fc", "fc-mom", "dg", "dg-mom", "dlr")
@@ -362,8 +361,26 @@ def project_low_rank(ups: Tensor, w: Tensor, rank: int) -> tuple[Tensor, Tensor]
     return ups + rows[rank:].square().sum(0), rows[:rank].mT
 
 
-def _dlr_kl(mu: Tensor, ups: Tensor, w: Tensor, prior: Gaussian) -> Tensor:
-    return kl_divergence(LowRankPrecisionGaussian(mu, ups, w), prior)
+def dlr_kl_gradient(q: LowRankPrecisionGaussian, p: LowRankPrecisionGaussian
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradient of ``KL(q || p)`` in ``q``'s ``(mu, ups, w)`` (``Lambda = diag(ups) + w w^T``),
+    in closed form, ``O(P L^2)``: ``d/dmu = Lambda_p (mu - mu_p)``; with
+    ``M = 2 dKL/dLambda = Sigma (Lambda - Lambda_p) Sigma = Sigma - Sigma Lambda_p Sigma``,
+    ``d/dups = diag(M) / 2`` and ``d/dw = M w``. ``diag(Sigma D Sigma)`` for the diagonal ``D`` of
+    ``Lambda_p`` comes from ``Sigma = A - B K B^T`` (``A = diag(ups)^-1``, ``B = A w``,
+    ``K = (I + w^T A w)^-1``): ``diag(Sigma D A) - rowsum((Sigma D B) K * B)``."""
+    diff = q.mean - p.mean
+    d_mu = p.diag * diff + p.factor @ (p.factor.mT @ diff)
+    a = 1 / q.diag
+    b = a[:, None] * q.factor
+    k = torch.linalg.inv(torch.eye(q.rank, dtype=a.dtype, device=a.device) + q.factor.mT @ b)
+    var = q.variance()
+    sds = var * p.diag * a - ((q.solve_precision(p.diag[:, None] * b) @ k) * b).sum(1)
+    s_wp = q.solve_precision(p.factor)
+    s_w = q.solve_precision(q.factor)
+    d_ups = 0.5 * (var - sds - s_wp.square().sum(1))
+    d_w = s_w - q.solve_precision(p.diag[:, None] * s_w + p.factor @ (p.factor.mT @ s_w))
+    return d_mu, d_ups, d_w
 
 
 class DiagLowRank(Belief):
@@ -421,9 +438,8 @@ class DiagLowRank(Belief):
             raise ValueError("the dlr family needs a factored curvature (not mc-hess)")
         b = self.gaussian.solve_precision(curv.root)
         d_mu, d_ups, d_w = curv.g, 0.5 * b.square().sum(1), b @ (b.T @ self.w)
-        if prior is not None:
-            k_mu, k_ups, k_w = grad(_dlr_kl, argnums=(0, 1, 2))(self.mu, self.ups, self.w,
-                                                                prior.gaussian)
+        if prior is not None and prior is not self:  # the KL's gradient vanishes at the prior
+            k_mu, k_ups, k_w = dlr_kl_gradient(self.gaussian, prior.gaussian)
             d_mu, d_ups, d_w = d_mu - k_mu, d_ups - k_ups, d_w - k_w
         return DiagLowRank.make(self.mu + alpha * d_mu, self.ups + alpha * d_ups,
                                 self.w + alpha * d_w)

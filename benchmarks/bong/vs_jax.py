@@ -1,0 +1,226 @@
+"""Per-update wall time of every BONG rule x family x curvature cell, the zoo against the authors'
+jitted JAX code (petergchang/bong), one thread, side by side.
+
+The problem: the zoo's ``mlp`` network (one hidden layer of 64 ReLU units) on 5-d inputs with 3
+classes, P = 6 x 64 + 65 x 3 = 579 parameters, float64 on both sides, the same initial weights and
+examples; prior variance 0.1, rank L = 10 (dlr), M = 10 draws (mc-ef, mc-hess; the authors'
+default), alpha = 1e-3, one iteration (blr, bbb), gamma = 1, q = 0. Every cell of the zoo's
+:data:`zoo_bong.rules.TRACTABLE` (4 rules x 17 = 68) is timed; the authors' cell is the update
+class of ``bong/src/{bong,bog,blr,bbb}.py`` for that family (``fg_``, ``fg_reparam_``, ``dg_``,
+``dg_reparam_``, ``dlrg_``) with ``linplugin`` / ``empirical_fisher`` set by the curvature, set up
+as their classification script sets it up (logits and ``log softmax`` for the MC cells; for the
+LIN cells the softmax mean with ``R = diag(p) - p p^T + 1e-5 I``), and its ``predict`` + ``update``
+jitted together as their ``run_rebayes_algorithm`` jits them. BONG-LIN-HESS-DG uses the zoo's
+``dg_mean = vd-ekf`` (the authors' cell is VD-EKF), every other dg cell the default ``ngd``.
+
+Each side first takes ``--warm`` examples (so that the DLR factor has full rank), then one more
+example is timed from that belief, ``--repeats`` rounds in which every cell runs once on each side,
+interleaved (zoo, JAX, next cell), so that a shared machine's drifts hit both alike; medians are
+printed with the ratio zoo / JAX and the load average. One thread on both sides:
+``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1`` and ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
+intra_op_parallelism_threads=1`` (set before JAX is imported).
+
+Setup (JAX and the authors' code stay outside the zoo's environment)::
+
+    git clone https://github.com/petergchang/bong /tmp/bong-src       # the authors' code
+    python benchmarks/bong/vs_jax.py --setup /tmp/bong-env            # a venv with jax, jaxlib, pytz
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/bong/vs_jax.py --env /tmp/bong-env \\
+        --reference /tmp/bong-src --repeats 20
+
+The venv's site-packages are appended to this process's path after the zoo's. The authors'
+``bong/util.py`` imports ``flax``, ``jax_tqdm`` and ``optuna`` for experiment helpers that no update
+function uses; inert modules stand in for them, so neither needs installing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+
+import torch
+from zoo_bong.method import Bong
+from zoo_bong.rules import RULES, TRACTABLE
+
+DIM, CLASSES, HIDDEN = 5, 3, 64
+PRIOR_VAR, RANK, SAMPLES, ALPHA = 0.1, 10, 10, 1e-3
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+FAMILY_CLASS = {"fc": "fg_", "fc-mom": "fg_reparam_", "dg": "dg_", "dg-mom": "dg_reparam_",
+                "dlr": "dlrg_"}
+
+
+def setup(env: str) -> None:
+    """Create the venv ``env`` with JAX from PyPI (CPU) and say how to fetch the authors' code."""
+    subprocess.run([sys.executable, "-m", "venv", env], check=True)
+    subprocess.run([os.path.join(env, "bin", "pip"), "install", "-q", "jax", "jaxlib", "pytz"],
+                   check=True)
+    print(f"{env} ready; fetch the authors' code with\n"
+          "    git clone https://github.com/petergchang/bong /tmp/bong-src\n"
+          f"then run --env {env} --reference /tmp/bong-src")
+
+
+class _Inert(type):
+    """A class whose attributes and calls are itself: what ``bong.util``'s experiment helpers need
+    from ``flax``, ``jax_tqdm`` and ``optuna`` at import time."""
+
+    def __getattr__(cls, name):
+        return cls
+
+    def __call__(cls, *args, **kwargs):
+        return cls
+
+
+def import_reference(env: str, path: str):
+    """JAX (one thread, float64) from ``env`` and the authors' four update modules from ``path``."""
+    if not os.path.isdir(os.path.join(path, "bong", "src")):
+        raise SystemExit(f"--reference {path} is not a checkout of petergchang/bong (no bong/src); "
+                         "git clone https://github.com/petergchang/bong DIR")
+    site = glob.glob(os.path.join(env, "lib", "python*", "site-packages"))
+    if not site:
+        raise SystemExit(f"--env {env} is not a virtual environment; create it with --setup {env}")
+    os.environ["XLA_FLAGS"] = XLA_ONE_THREAD
+    os.environ["OMP_NUM_THREADS"] = "1"
+    sys.path += site
+    for name in ("flax", "flax.linen", "jax_tqdm", "optuna"):
+        module = types.ModuleType(name)
+        module.__getattr__ = lambda attr: _Inert("Inert", (), {})
+        sys.modules[name] = module
+    sys.modules["flax"].linen = sys.modules["flax.linen"]
+    sys.path.insert(0, path)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from bong.src import bbb, blr, bog, bong
+
+    return jax, {"bong": bong, "bog": bog, "blr": blr, "bbb": bbb}
+
+
+def cells() -> list[tuple[str, str, str]]:
+    return [(r, f, c) for r in RULES for f in TRACTABLE for c in TRACTABLE[f]]
+
+
+def examples(warm: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1)
+    return [(torch.rand(DIM, generator=gen, dtype=torch.float64), torch.tensor(i % CLASSES))
+            for i in range(warm + 1)]
+
+
+def zoo_cell(rule: str, family: str, curvature: str, data) -> tuple[Callable[[], None], Bong]:
+    """One update of the zoo's cell from its belief after the warm-up examples."""
+    torch.manual_seed(0)
+    dg_mean = "vd-ekf" if (rule, family, curvature) == ("bong", "dg", "lin-hess") else "ngd"
+    method = Bong(dim=DIM, classes=CLASSES, network="mlp", rule=rule, family=family,
+                  curvature=curvature, rank=RANK, samples=SAMPLES, alpha=ALPHA,
+                  prior_var=PRIOR_VAR, dg_mean=dg_mean)
+    state = method.init()
+    for x, y in data[:-1]:
+        state = method.update(state, x, y)
+    x, y = data[-1]
+    return (lambda: method.update(state, x, y)), method
+
+
+def jax_cell(jax, modules, rule: str, family: str, curvature: str, theta0, data
+             ) -> Callable[[], None]:
+    """One jitted predict + update of the authors' cell from its belief after the warm-up."""
+    jnp, jr = jax.numpy, jax.random
+    sizes = [HIDDEN * DIM, HIDDEN, CLASSES * HIDDEN, CLASSES]
+    cuts = [sum(sizes[:i]) for i in range(1, len(sizes))]
+
+    def logits(theta, x):  # the zoo's flat layout: W1 [64, 5], b1, W2 [3, 64], b2
+        w1, b1, w2, b2 = jnp.split(theta, cuts)
+        hidden = jax.nn.relu(w1.reshape(HIDDEN, DIM) @ x + b1)
+        return w2.reshape(CLASSES, HIDDEN) @ hidden + b2
+
+    def probs(theta, x):
+        return jax.nn.softmax(logits(theta, x))
+
+    def emission_cov(theta, x):
+        p = probs(theta, x)
+        return jnp.diag(p) - jnp.outer(p, p) + 1e-5 * jnp.eye(CLASSES)
+
+    lin = curvature.startswith("lin")
+    kwargs = {"init_mean": theta0, "init_cov": PRIOR_VAR,
+              "log_likelihood": lambda mean, cov, y: jnp.sum(y * jax.nn.log_softmax(mean)),
+              "emission_mean_function": probs if lin else logits,
+              "emission_cov_function": emission_cov, "num_samples": SAMPLES, "linplugin": lin,
+              "empirical_fisher": curvature.endswith("ef")}
+    if rule != "bong":
+        kwargs["learning_rate"] = ALPHA
+    if rule in ("blr", "bbb"):
+        kwargs["num_iter"] = 1
+    if family == "dlr":
+        kwargs["rank"] = RANK
+    alg = getattr(modules[rule], FAMILY_CLASS[family] + rule)(**kwargs)
+    step = jax.jit(lambda key, state, x, y: alg.update(key, alg.predict(state), x, y))
+    xs = [jnp.asarray(x.numpy()) for x, _ in data]
+    ys = [jax.nn.one_hot(int(y), CLASSES, dtype=jnp.float64) for _, y in data]
+    state, key = alg.init(), jr.PRNGKey(0)
+    for t in range(len(data) - 1):
+        state = step(jr.fold_in(key, t), state, xs[t], ys[t])
+    last = jr.fold_in(key, len(data) - 1)
+    return lambda: jax.block_until_ready(step(last, state, xs[-1], ys[-1]))
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setup", metavar="DIR", help="create the JAX venv DIR and stop")
+    parser.add_argument("--env", metavar="DIR", help="the venv made by --setup")
+    parser.add_argument("--reference", metavar="DIR", help="a checkout of petergchang/bong")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--warm", type=int, default=12, help="updates before timing")
+    parser.add_argument("--families", default=",".join(TRACTABLE),
+                        help="comma-separated families to time (default: all five)")
+    args = parser.parse_args()
+    if args.setup:
+        setup(args.setup)
+        return
+    if not (args.env and args.reference):
+        parser.error("give --env DIR and --reference DIR (or --setup DIR first)")
+    jax, modules = import_reference(args.env, args.reference)
+    torch.set_num_threads(1)
+    families = args.families.split(",")
+    data = examples(args.warm)
+    steps: dict[tuple[str, str, str], tuple[Callable[[], None], Callable[[], None]]] = {}
+    for cell in cells():
+        if cell[1] not in families:
+            continue
+        zoo_step, method = zoo_cell(*cell, data)
+        theta0 = jax.numpy.asarray(method.theta0.numpy())
+        steps[cell] = (zoo_step, jax_cell(jax, modules, *cell, theta0, data))
+    print(f"torch {torch.__version__}, jax {jax.__version__}, one thread, float64, P = "
+          f"{len(method.theta0)}; {len(steps)} cells, {args.repeats} interleaved rounds; before: "
+          f"{load()}")
+    times = {cell: ([], []) for cell in steps}
+    for pair in steps.values():  # compile and warm both sides
+        for step in pair:
+            step()
+            step()
+    for _ in range(args.repeats):
+        for cell, pair in steps.items():
+            for side, step in enumerate(pair):
+                start = time.perf_counter()
+                step()
+                times[cell][side].append(time.perf_counter() - start)
+    print(f"after: {load()}\n")
+    print("| rule | family | curvature | zoo ms | JAX ms | zoo / JAX |")
+    print("|---|---|---|---:|---:|---:|")
+    at_or_below = 0
+    for (rule, family, curvature), (zoo, ref) in times.items():
+        z, j = 1000 * statistics.median(zoo), 1000 * statistics.median(ref)
+        at_or_below += z <= j
+        print(f"| {rule} | {family} | {curvature} | {z:.3f} | {j:.3f} | {z / j:.2f} |")
+    print(f"\nzoo at or below the authors' time in {at_or_below} of {len(times)} cells")
+
+
+if __name__ == "__main__":
+    main()
