@@ -3,9 +3,11 @@ jitted JAX code (petergchang/bong), one thread, side by side.
 
 The problem: the zoo's ``mlp`` network (one hidden layer of 64 ReLU units) on 5-d inputs with 3
 classes, P = 6 x 64 + 65 x 3 = 579 parameters, float64 on both sides, the same initial weights and
-examples; prior variance 0.1, rank L = 10 (dlr), M = 10 draws (mc-ef, mc-hess; the authors'
-default), alpha = 1e-3, one iteration (blr, bbb), gamma = 1, q = 0. Every cell of the zoo's
-:data:`zoo_bong.rules.TRACTABLE` (4 rules x 17 = 68) is timed; the authors' cell is the update
+examples; prior variance 0.01, rank L = 10 (dlr), M = 10 draws (mc-ef, mc-hess; the authors'
+default), alpha = 1e-5 (the moment families' plain-gradient steps lose positive definiteness on
+this network at 1e-3; the time does not depend on it), one iteration (blr, bbb), gamma = 1,
+q = 0. Every cell of the zoo's :data:`zoo_bong.rules.TRACTABLE` (4 rules x 17 = 68) is timed;
+the authors' cell is the update
 class of ``bong/src/{bong,bog,blr,bbb}.py`` for that family (``fg_``, ``fg_reparam_``, ``dg_``,
 ``dg_reparam_``, ``dlrg_``) with ``linplugin`` / ``empirical_fisher`` set by the curvature, set up
 as their classification script sets it up (logits and ``log softmax`` for the MC cells; for the
@@ -29,7 +31,9 @@ Setup (JAX and the authors' code stay outside the zoo's environment)::
 
 The venv's site-packages are appended to this process's path after the zoo's. The authors'
 ``bong/util.py`` imports ``flax``, ``jax_tqdm`` and ``optuna`` for experiment helpers that no update
-function uses; inert modules stand in for them, so neither needs installing.
+function uses; inert modules stand in for them, so none needs installing. Current JAX no longer
+has ``jax.tree_map``, which their constructors call; it is pointed at ``jax.tree_util.tree_map``
+(the same function under its current name). No algorithm of theirs is touched.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from zoo_bong.method import Bong
 from zoo_bong.rules import RULES, TRACTABLE
 
 DIM, CLASSES, HIDDEN = 5, 3, 64
-PRIOR_VAR, RANK, SAMPLES, ALPHA = 0.1, 10, 10, 1e-3
+PRIOR_VAR, RANK, SAMPLES, ALPHA = 0.01, 10, 10, 1e-5
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 FAMILY_CLASS = {"fc": "fg_", "fc-mom": "fg_reparam_", "dg": "dg_", "dg-mom": "dg_reparam_",
                 "dlr": "dlrg_"}
@@ -76,6 +80,12 @@ class _Inert(type):
         return cls
 
 
+def _inert_attribute(name: str):
+    if name.startswith("__"):  # a module's dunders stay absent (inspect walks sys.modules)
+        raise AttributeError(name)
+    return _Inert("Inert", (), {})
+
+
 def import_reference(env: str, path: str):
     """JAX (one thread, float64) from ``env`` and the authors' four update modules from ``path``."""
     if not os.path.isdir(os.path.join(path, "bong", "src")):
@@ -89,13 +99,15 @@ def import_reference(env: str, path: str):
     sys.path += site
     for name in ("flax", "flax.linen", "jax_tqdm", "optuna"):
         module = types.ModuleType(name)
-        module.__getattr__ = lambda attr: _Inert("Inert", (), {})
+        module.__getattr__ = _inert_attribute
         sys.modules[name] = module
     sys.modules["flax"].linen = sys.modules["flax.linen"]
     sys.path.insert(0, path)
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if not hasattr(jax, "tree_map"):  # removed from JAX after the authors' code was written
+        jax.tree_map = jax.tree_util.tree_map
     from bong.src import bbb, blr, bog, bong
 
     return jax, {"bong": bong, "bog": bog, "blr": blr, "bbb": bbb}
