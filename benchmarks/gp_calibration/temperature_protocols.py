@@ -81,13 +81,14 @@ def md_bfsc_temperatures(probs_at: ProbsAt, y: Tensor,
 
 
 def protocol_eces(probs: Tensor, y: Tensor, validation_temperature: float, fit_probs: Tensor,
-                  fit_y: Tensor, md_bfsc: tuple[ProbsAt, ProbsAt, Tensor] | None = None
-                  ) -> dict[str, tuple[tuple[float, ...], float]]:
+                  fit_y: Tensor, md_bfsc: tuple[ProbsAt, ProbsAt, Tensor] | None = None,
+                  grid: Sequence[float] = MD_BFSC_GRID) -> dict[str, tuple[tuple[float, ...], float]]:
     """``{protocol: (temperatures, ECE)}`` on the scored queries ``probs [Q, C]``, ``y [Q]``: raw
     (``T = 1``), the validation temperature, a temperature fitted by NLL on ``fit_probs``,
     ``fit_y`` (other test-split queries), one fitted on the scored queries themselves, and, with
     ``md_bfsc = (test probs_at, validation probs_at, validation labels)``, MD-BFSC's two
-    temperatures searched on the validation queries (``probs_at(1)`` must be ``probs``)."""
+    temperatures searched over ``grid`` on the validation queries (``probs_at(1)`` must be
+    ``probs``)."""
     correct = (probs.argmax(1) == y).double().numpy()
 
     def ece(t: float, p: Tensor = probs, right=correct) -> float:
@@ -102,7 +103,7 @@ def protocol_eces(probs: Tensor, y: Tensor, validation_temperature: float, fit_p
             "test-split temperature, in-sample": ((own,), ece(own))}
     if md_bfsc is not None:
         test_at, val_at, val_y = md_bfsc
-        t_lik, t_ece, _ = md_bfsc_temperatures(val_at, val_y)
+        t_lik, t_ece, _ = md_bfsc_temperatures(val_at, val_y, grid)
         tempered = test_at(t_lik)
         right = (tempered.argmax(1) == y).double().numpy()
         rows["T_lik, T_ece grid-searched on validation by ECE (MD-BFSC's code)"] = (
