@@ -15,7 +15,6 @@ from zoo.testing import (
     IdentityBackbone,
     TanhBackbone,
     build_for_tests,
-    check_method,
     tiny_episode,
     toy_episode,
 )
@@ -210,7 +209,3 @@ def test_a_model_trained_five_way_scores_twenty_way_episodes():
     assert probs.shape == (60, 20)
     assert torch.allclose(probs.sum(-1), torch.ones(60), atol=1e-5)
     assert (probs.argmax(1) == ep.query_y).float().mean() > 3 / 20  # well above chance, 1/20
-
-
-def test_conformance():
-    check_method("abpml")

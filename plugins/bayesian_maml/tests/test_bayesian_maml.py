@@ -190,12 +190,6 @@ def test_conformance_small(name):
     check_method(name, settings=((2, 1),))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["abml", "bmaml"])
-def test_conformance(name):
-    check_method(name)
-
-
 def test_abml_hyperprior_is_a_density_of_mu_and_log_sigma():
     """With the Jacobian of ``lambda = exp(-2 s)`` the density integrates to one over the
     parameters ``(mu, s = log sigma)``; without it, it integrates to E[lambda] / 2 = a / (2 b)."""

@@ -10,7 +10,6 @@ from zoo.testing import (
     IdentityBackbone,
     check_algebra_routes,
     check_batched_meta_loss,
-    check_method,
 )
 
 
@@ -61,10 +60,6 @@ def test_learnable_mean_and_fixed_noise_by_default():
     assert float(method.noise) == pytest.approx(0.1)
     method.meta_loss(episode(way=2)).backward()
     assert method.mean.grad is not None
-
-
-def test_conformance():
-    check_method("dkt")
 
 
 @pytest.mark.parametrize("kernel", ["cosine", "linear"])

@@ -21,7 +21,6 @@ from zoo.testing import (
     build_for_tests,
     check_algebra_routes,
     check_batched_meta_loss,
-    check_method,
     exact_expected_log_softmax,
     registry,
     softmax_marginals,
@@ -240,10 +239,6 @@ def test_covariance_factor_never_jitters_a_barely_indefinite_iterate():
 
 
 # -- the methods --------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("name", ["md-bfsc", "gd-bfsc"])
-def test_conformance(name):
-    check_method(name)
 
 
 @pytest.mark.parametrize("name", ["md-bfsc", "gd-bfsc"])

@@ -9,7 +9,7 @@ from torch import nn
 from zoo_metric import BaselinePP, CosineLinear, FeatureTransfer, MatchingNet, RelationNet
 
 from zoo import Episode, EpisodeError, HyperParameterError
-from zoo.testing import IdentityBackbone, check_method
+from zoo.testing import IdentityBackbone
 
 
 def episode(classes=("a", "b"), seed: int = 0) -> Episode:
@@ -96,17 +96,6 @@ def test_relation_net_compares_queries_with_summed_support_embeddings():
     assert torch.allclose(m.scores(ep)[1, 1], score.squeeze())
     target = F.one_hot(ep.query_y, 2).float()
     assert torch.allclose(m.meta_loss(ep), ((m.scores(ep) - target) ** 2).mean())
-
-
-@pytest.mark.parametrize("name", ["matchingnet", "relationnet"])
-def test_conformance(name):
-    check_method(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["feature-transfer", "baseline-pp"])
-def test_conformance_pretrained(name):
-    check_method(name)
 
 
 def test_unpooled_convnet_keeps_its_weights_and_drops_the_last_two_pools():
