@@ -10,9 +10,11 @@ The OVE and logistic-softmax GP plugins both sample ``w``:
   ``b = y + n`` for logistic-softmax). Measured with 1e6 draws, the package's default choice for
   non-integer ``b`` near ``c = 0`` (``alternate``) has a variance about 20 standard errors too
   large, and its ``gamma`` method (truncated series, no remainder) a mean too small at large ``|c|``.
-  Its ``devroye`` draws are also wrong for ``|c| >= 200`` (mean 0.16 whatever ``c``, against
-  ``tanh(c/2)/(2c) < 0.0025``): entries with ``|c| > PACKAGE_MAX_C`` are drawn by the torch
-  sampler instead.
+  Its ``devroye`` draws are also wrong for ``|c|`` above ``2 ln(float32 max) = 177.4457`` (the
+  jump lies within one float32 spacing of ``|c|/2`` from it; mean ``0.160 b`` whatever ``c``,
+  against ``b tanh(c/2)/(2c) < 0.0029 b``, and about 4% of the variance; right to Monte Carlo
+  error up to ``|c| = 177.445671``: ``benchmarks/polyagamma/package_large_c.py``): entries with
+  ``|c| > PACKAGE_MAX_C`` are drawn by the torch sampler instead.
 * :func:`sample_polyagamma_torch`: a batched torch sampler that runs wherever its inputs live
   (GPU included, no host round-trip). It uses the series representation
   ``w = 1/(2 pi^2) sum_k g_k / ((k - 1/2)^2 + c^2/(4 pi^2))``, ``g_k ~ Gamma(b, 1)``: the first
@@ -36,7 +38,7 @@ from torch import Tensor
 from zoo.gp import DTYPE, SitePosterior
 
 _SMALL = 0.1  # below this |c|/2 the closed forms are replaced by their Taylor series
-PACKAGE_MAX_C = 100.0  # polyagamma 2.0.2 is measured correct up to |c| = 150, wrong from 200
+PACKAGE_MAX_C = 100.0  # polyagamma 2.0.2 is measured right up to |c| = 177.4456, wrong above
 
 
 def _h(x: Tensor) -> Tensor:
