@@ -156,3 +156,34 @@ def test_every_meta_trained_method_names_its_meta_loss():
         if not named:
             unnamed.append(name)
     assert not unnamed, f"meta-trained methods without a meta_loss_name: {sorted(unnamed)}"
+
+
+def test_a_curve_grid_draws_only_the_panels_its_points_have(tmp_path):
+    """A classification stream's points have no RMSE, a regression stream's no error: the
+    sequential grid leaves those panels out instead of drawing them empty."""
+    from types import SimpleNamespace
+
+    from zoo.runner.plots import curve_grids
+    from zoo.tasks.figures import CurveGrid
+
+    grid = CurveGrid(rows=(("step", "examples seen"), ("seconds", "wall time (s)")),
+                     columns=(("nlpd", "NLPD"), ("error", "error"), ("rmse", "RMSE")),
+                     name="sequential")
+    setting = ("sequential", "T=10")
+    curve = [{"step": t, "nlpd": 1.0 / (t + 1), "rmse": 0.5} for t in (0, 5, 10)]
+    entry = SimpleNamespace(results=[{}], summary=lambda: {"curve": curve})
+    report = SimpleNamespace(methods=["bong", "bog"], settings=[setting],
+                             entries={("bong", setting): entry, ("bog", setting): entry},
+                             label=lambda s: s[1])
+    figs = []
+    original = plt.close
+    try:
+        plt.close = figs.append
+        (path,) = curve_grids(report, "sequential", grid, tmp_path)
+    finally:
+        plt.close = original
+    assert path.exists()
+    labels = sorted((ax.get_xlabel(), ax.get_ylabel()) for ax in figs[0].axes)
+    assert labels == [("examples seen", "NLPD"), ("examples seen", "RMSE")]
+    assert all(len(ax.get_lines()) == 2 for ax in figs[0].axes)
+    original(figs[0])

@@ -372,25 +372,30 @@ def curve_grids(report: Report, kind: str, figure: CurveGrid, out: Path) -> list
     plt = pyplot()
     styles = method_styles(report.methods)
     written = []
-    rows, columns = len(figure.rows), len(figure.columns)
     for s in [s for s in report.settings if s[0] == kind]:
-        fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.15 * rows), squeeze=False,
-                                 layout="constrained")
+        curves = {}
         for m in report.methods:
             entry = report.entries.get((m, s))
-            if entry is None or not entry.results:
-                continue
-            curve = entry.summary()[figure.curve]
-            for row, (x_key, _) in zip(axes, figure.rows):
-                if x_key not in curve[0]:
-                    continue
-                for ax, (key, _) in zip(row, figure.columns):
-                    if key not in curve[0]:  # e.g. a class stream's error, a regression's RMSE
-                        continue
-                    ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
-                            **styles[m])
-        for row, (_, x_label) in zip(axes, figure.rows):
-            for ax, (_, y_label) in zip(row, figure.columns):
+            if entry is not None and entry.results:
+                curves[m] = entry.summary()[figure.curve]
+        # only the panels some method has points for (a class stream has no RMSE, a regression
+        # stream no error)
+        present = {k for curve in curves.values() for k in curve[0]}
+        rows = [r for r in figure.rows if r[0] in present]
+        columns = [c for c in figure.columns if c[0] in present]
+        if not rows or not columns:
+            continue
+        fig, axes = plt.subplots(len(rows), len(columns), figsize=(4 * len(columns),
+                                                                   3.15 * len(rows)),
+                                 squeeze=False, layout="constrained")
+        for m, curve in curves.items():
+            for row, (x_key, _) in zip(axes, rows):
+                for ax, (key, _) in zip(row, columns):
+                    if x_key in curve[0] and key in curve[0]:
+                        ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
+                                **styles[m])
+        for row, (_, x_label) in zip(axes, rows):
+            for ax, (_, y_label) in zip(row, columns):
                 ax.set(xlabel=x_label, ylabel=y_label, xscale=figure.x_scale)
         legend_outside(fig, axes[0, 0])
         fig.suptitle(f"{kind}: {report.label(s)}")

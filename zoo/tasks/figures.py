@@ -59,8 +59,9 @@ class ParameterLines:
 @dataclass(frozen=True)
 class CurveGrid:
     """Per setting, a grid of panels from the summary's list ``curve`` of points: one row per
-    ``(x key, x label)`` of ``rows`` (skipped where the points lack the key), one column per
-    ``(y key, y label)`` of ``columns`` (empty where the points lack the key), one line per method.
+    ``(x key, x label)`` of ``rows`` and one column per ``(y key, y label)`` of ``columns``, each
+    left out where no method's points have its key (a class stream has no RMSE panel), one line
+    per method.
     Written as ``<name>-<setting>.png``."""
 
     rows: Metrics
