@@ -394,9 +394,15 @@ def curve_grids(report: Report, kind: str, figure: CurveGrid, out: Path) -> list
                     if x_key in curve[0] and key in curve[0]:
                         ax.plot([p[x_key] for p in curve], [p[key] for p in curve], label=m,
                                 **styles[m])
-        for row, (_, x_label) in zip(axes, rows):
+        for row, (x_key, x_label) in zip(axes, rows):
+            scale: dict[str, Any] = {"value": figure.x_scale}
+            if figure.x_scale == "symlog":  # linear up to the smallest positive x, log above
+                xs = [p[x_key] for curve in curves.values() for p in curve
+                      if x_key in p and p[x_key] > 0]
+                scale["linthresh"] = min(xs, default=1.0)
             for ax, (_, y_label) in zip(row, columns):
-                ax.set(xlabel=x_label, ylabel=y_label, xscale=figure.x_scale)
+                ax.set(xlabel=x_label, ylabel=y_label)
+                ax.set_xscale(**scale)
         legend_outside(fig, axes[0, 0])
         fig.suptitle(f"{kind}: {report.label(s)}")
         written.append(save(fig, out / f"{figure.name}-{slug(report.label(s))}.png"))
