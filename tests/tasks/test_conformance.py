@@ -32,6 +32,27 @@ def test_data_of_another_kind_is_refused_naming_what_the_suite_needs():
         regression.check_data(load_dataset("glyphs"), "glyphs")
 
 
+@pytest.mark.parametrize(("kind", "built", "scored", "named"), [
+    ("regression", {"x_dim": 1, "y_dim": 1}, {"x_dim": 2, "y_dim": 1}, "x_dim = 2, y_dim = 1"),
+    ("sequential", {"dim": 10, "classes": 0}, {"dim": 10, "classes": 3}, "dim = 10, classes = 3"),
+    ("integration", {"dim": 2}, {"dim": 5}, "dim = 5")])
+def test_a_model_is_scored_only_on_data_of_the_shape_it_was_built_for(kind, built, scored, named):
+    """The kinds whose models are built from the data's dimensions refuse test data of other
+    dimensions before any work, naming both shapes; equal shapes pass."""
+    from types import SimpleNamespace
+
+    from zoo.errors import EpisodeError
+    from zoo.plugins import registry
+
+    task = registry().get("tasks", kind)
+    train, same, other = (SimpleNamespace(name=n, **shape) for n, shape in
+                          (("a", built), ("b", built), ("c", scored)))
+    task.check_compatible(train, same, "m")
+    with pytest.raises(EpisodeError, match=rf"m was built for 'a' \(.*\) and cannot be scored on "
+                                           rf"'c' \({named}\); choose a test data set"):
+        task.check_compatible(train, other, "m")
+
+
 class _Splits:
     splits = {"test": (0,)}
 

@@ -270,8 +270,15 @@ class Task(ABC):
                                f"needs one such as {self.data_example} (zoo datasets)")
 
     def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
-        """Raise if a model trained on ``train_data`` cannot be scored on ``test_data``."""
-        return None
+        """Raise if a model trained on ``train_data`` cannot be scored on ``test_data``: by
+        default, when the two data sets' :meth:`data_shape` (what a model is built with) differ."""
+        built, scored = self.data_shape(train_data), self.data_shape(test_data)
+        if built != scored:
+            def text(shape: dict[str, Any]) -> str:
+                return ", ".join(f"{k} = {v}" for k, v in shape.items())
+            raise EpisodeError(f"{method} was built for {train_data.name!r} ({text(built)}) and "
+                               f"cannot be scored on {test_data.name!r} ({text(scored)}); choose "
+                               "a test data set of the same shape")
 
     def check_method(self, cls: type) -> None:
         """Raise if ``cls`` does not implement this kind's interface."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from zoo.errors import EpisodeError, ZooError
+from zoo.errors import ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
 from zoo.tasks.base import TIMES, GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
@@ -160,12 +160,6 @@ class Integration(Task):
 
     def label(self, shape: Shape) -> str:
         return f"n={shape['samples']}"
-
-    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
-        if train_data.dim != test_data.dim:
-            raise EpisodeError(f"{method} was built for dimension {train_data.dim} "
-                               f"({train_data.name}) and cannot be scored in dimension "
-                               f"{test_data.dim} ({test_data.name})")
 
     def data_shape(self, dataset: IntegrandFamily) -> dict[str, Any]:
         return {"dim": dataset.dim}

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from zoo.errors import EpisodeError, ZooError
+from zoo.errors import ZooError
 from zoo.metrics import mean_ci
 from zoo.seeds import coordinate_seed
 from zoo.tasks.base import (
@@ -254,12 +254,6 @@ class Regression(Task):
 
     def label(self, shape: Shape) -> str:
         return f"ctx {shape['context']}/{shape['targets']}"
-
-    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
-        if (train_data.x_dim, train_data.y_dim) != (test_data.x_dim, test_data.y_dim):
-            raise EpisodeError(f"{method} was trained on {train_data.name!r} ({train_data.x_dim} "
-                               f"-> {train_data.y_dim} dims) and cannot be scored on "
-                               f"{test_data.name!r} ({test_data.x_dim} -> {test_data.y_dim})")
 
     def data_shape(self, dataset: FunctionFamily) -> dict[str, Any]:
         return {"x_dim": dataset.x_dim, "y_dim": dataset.y_dim}

@@ -144,12 +144,6 @@ class Sequential(Task):
     def label(self, shape: Shape) -> str:
         return f"T={shape['stream_length']}"
 
-    def check_compatible(self, train_data: Any, test_data: Any, method: str) -> None:
-        if (train_data.dim, train_data.classes) != (test_data.dim, test_data.classes):
-            raise EpisodeError(f"{method} was built for {train_data.dim}-d inputs and "
-                               f"{train_data.classes} classes ({train_data.name}), not for "
-                               f"{test_data.name!r}")
-
     def check_method(self, cls: type) -> None:
         super().check_method(cls)
         missing = [m for m in ("init", "update", "predict")
