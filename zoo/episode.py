@@ -19,14 +19,14 @@ import torch
 from torch import Tensor
 
 from zoo.errors import EpisodeError
-from zoo.seeds import coordinate_seed
+from zoo.seeds import Identified, coordinate_seed
 
 if TYPE_CHECKING:
     from zoo.data.base import FewShotDataset
 
 
 @dataclass(frozen=True)
-class Episode:
+class Episode(Identified):
     """One few-shot classification task: labels ``0..way-1``. ``unknown_x``: queries of classes
     outside the support (open-set or another data set), to be told apart from the known ones;
     ``None``: none."""
@@ -44,11 +44,6 @@ class Episode:
     def query(self) -> int:
         """Queries per class."""
         return self.query_x.shape[0] // self.way
-
-    @property
-    def id(self) -> str:
-        i = self.info
-        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
 
     def to(self, device: torch.device | str) -> Episode:
         return replace(self, support_x=self.support_x.to(device), support_y=self.support_y.to(device),

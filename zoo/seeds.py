@@ -40,6 +40,18 @@ SEED_BITS = 63
 SALT_MIX = 0x9E3779B97F4A7C15  # 2^64 / golden ratio: salts 1, 2, ... far apart in seed space
 
 
+class Identified:
+    """An episode of any kind names itself by its coordinates in ``info``:
+    ``"<dataset>/<split>#<index>"``."""
+
+    info: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        i = self.info
+        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
+
+
 def hash_seed(key: str | bytes, bits: int = SEED_BITS) -> int:
     """The low ``bits`` bits of the little-endian number in the first eight bytes of the SHA-256
     digest of ``key`` (``bits <= 64``)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from zoo.errors import ZooError
 from zoo.metrics import mean_ci
-from zoo.seeds import coordinate_seed
+from zoo.seeds import Identified, coordinate_seed
 from zoo.tasks.base import TIMES, GetEpisode, PredictionError, ReportMetric, Shape, Task, TaskView
 from zoo.tasks.figures import MetricLines, ParameterLines
 
@@ -47,18 +47,13 @@ class IntegrationProblem:
 
 
 @dataclass(frozen=True)
-class IntegrationEpisode:
+class IntegrationEpisode(Identified):
     problem: IntegrationProblem
     truth: float
 
     @property
     def info(self) -> dict[str, Any]:
         return self.problem.info
-
-    @property
-    def id(self) -> str:
-        i = self.info
-        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
 
 
 @dataclass

@@ -43,7 +43,7 @@ import numpy as np
 
 from zoo.errors import ZooError
 from zoo.metrics import mean_ci
-from zoo.seeds import coordinate_seed
+from zoo.seeds import Identified, coordinate_seed
 from zoo.tasks.base import (
     TIMES,
     GetEpisode,
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class RegressionEpisode:
+class RegressionEpisode(Identified):
     """One function: ``context_x [C, dx]``, ``context_y [C, dy]``, ``target_x [N, dx]``,
     ``target_y [N, dy]``; the context is the first ``C`` targets."""
 
@@ -73,11 +73,6 @@ class RegressionEpisode:
     target_x: Tensor
     target_y: Tensor
     info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def id(self) -> str:
-        i = self.info
-        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
 
     def to(self, device: torch.device | str) -> RegressionEpisode:
         return replace(self, context_x=self.context_x.to(device),

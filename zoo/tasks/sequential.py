@@ -26,7 +26,7 @@ import numpy as np
 
 from zoo.errors import EpisodeError, ZooError
 from zoo.metrics import ece_mce, mean_ci, nll
-from zoo.seeds import coordinate_seed
+from zoo.seeds import Identified, coordinate_seed
 from zoo.tasks.base import (
     GetEpisode,
     PredictionCheck,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from zoo.tasks.methods import StreamMethod
 
 @dataclass(frozen=True)
-class Stream:
+class Stream(Identified):
     """``x [T, dim]``, ``y [T]`` in stream order; ``held_x``, ``held_y`` for scoring;
     ``eval_steps``: after how many updates the method is scored."""
 
@@ -55,11 +55,6 @@ class Stream:
     held_y: Tensor
     eval_steps: tuple[int, ...]
     info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def id(self) -> str:
-        i = self.info
-        return f"{i.get('dataset', '?')}/{i.get('split', '?')}#{i.get('index', '?')}"
 
 
 @dataclass
