@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import timeit
 
 import torch
 
@@ -36,14 +37,9 @@ if __name__ == "__main__":
 MALLOC = malloc_setting()
 
 
-def median_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def median_seconds(fn, repeat: int) -> float:
+    """Median wall time of ``fn`` over ``repeat`` calls after one warm-up call."""
+    return statistics.median(timeit.repeat(fn, number=1, repeat=repeat + 1)[1:])
 
 
 def train_step(name: str, episode, **hparams) -> float:
@@ -119,7 +115,7 @@ def grid_cell(way: int, shot: int, repeat: int, budget: float) -> str:
         md_cell = f"{md_time * 1e3:>11.1f} "
     else:
         md_cell = f"{estimate * 1e3:>11.1f}*"
-    proto_time = median_time(lambda: predict(proto), max(1, repeat // 3))
+    proto_time = median_seconds(lambda: predict(proto), max(1, repeat // 3))
     return f"{md_cell} {proto_time * 1e3:>12.1f}"
 
 

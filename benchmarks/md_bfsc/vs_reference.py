@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
+import timeit
 import warnings
 
 import torch
@@ -53,14 +53,9 @@ def load_reference(path: str, deps: str):
     return mirror, build
 
 
-def timeit(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def median_seconds(fn, repeat: int) -> float:
+    """Median wall time of ``fn`` over ``repeat`` calls after one warm-up call."""
+    return statistics.median(timeit.repeat(fn, number=1, repeat=repeat + 1)[1:])
 
 
 def main() -> None:
@@ -126,8 +121,8 @@ def compare(build, way: int, query: int, d: int, shot: int, repeat: int) -> None
         res = mirror_descent(K, lik, 3, 1.0, final_elbo=True)
         (-res.final_elbo).backward()
 
-    rt, ot = timeit(ref_test, repeat), timeit(our_test, repeat)
-    rr, orr = timeit(ref_train, repeat), timeit(our_train, repeat)
+    rt, ot = median_seconds(ref_test, repeat), median_seconds(our_test, repeat)
+    rr, orr = median_seconds(ref_train, repeat), median_seconds(our_train, repeat)
     print(f"5-way {shot}-shot  {rt * 1e3:>12.1f}{ot * 1e3:>12.1f}{rt / ot:>8.1f}x"
           f"{rr * 1e3:>13.1f}{orr * 1e3:>13.1f}{rr / orr:>8.1f}x")
 
