@@ -6,6 +6,12 @@ runner builds one from a cell's independently trained seeds without retraining
 and the member, ``H(mean_m p_m) - mean_m H(p_m)`` (the members' disagreement; zero when they
 agree, whatever their entropy), which scores the detection of unknown-class queries beside the
 entropy of the average.
+
+An ensemble's predictions are also built member by member: :class:`Recorded` keeps what a member
+predicts in a pass over episodes, :class:`Replayed` gives those predictions back in the same
+order, and the ensemble of replayed members averages them as it would average the members (the
+runner's ensemble cells, which so take the predictions a member's own cell already made on the
+same episodes instead of asking for them again).
 """
 
 from __future__ import annotations
@@ -47,3 +53,46 @@ class Ensemble(nn.Module):
             for k, v in getattr(m, "counters", dict)().items():
                 out[k] = out.get(k, 0) + v
         return out
+
+
+class Recorded(nn.Module):
+    """``method``, the class probabilities of each of its predictions kept in ``probs`` (in the
+    order it was asked, detached)."""
+
+    def __init__(self, method: nn.Module):
+        super().__init__()
+        self.method = method
+        self.probs: list[torch.Tensor] = []
+        self.train(method.training)
+
+    def predict(self, episode: Episode) -> Prediction:
+        prediction = self.method.predict(episode)
+        self.probs.append(prediction.probs.detach())
+        return prediction
+
+
+class Replayed(nn.Module):
+    """A member that answers each call with the next of ``probs`` (a :class:`Recorded` member's,
+    asked again in the same order): the member as an ensemble sees it, without its work."""
+
+    def __init__(self, probs: Sequence[torch.Tensor], what: str = "the member"):
+        super().__init__()
+        self.probs, self.what, self.calls = list(probs), what, 0
+
+    def predict(self, episode: Episode) -> Prediction:
+        if self.calls >= len(self.probs):
+            raise ValueError(f"{self.what}: {len(self.probs)} recorded predictions, and a "
+                             f"prediction {self.calls + 1} was asked for (episode {episode.id})")
+        probs = self.probs[self.calls]
+        if probs.shape[0] != episode.query_x.shape[0]:
+            raise ValueError(f"{self.what}: recorded prediction {self.calls + 1} has "
+                             f"{probs.shape[0]} queries, episode {episode.id} asks for "
+                             f"{episode.query_x.shape[0]}: not the episodes it was recorded on")
+        self.calls += 1
+        return Prediction(probs)
+
+    def finished(self) -> None:
+        """Raise unless every recorded prediction was asked for."""
+        if self.calls != len(self.probs):
+            raise ValueError(f"{self.what}: {len(self.probs)} recorded predictions, "
+                             f"{self.calls} asked for: not the episodes they were recorded on")

@@ -117,3 +117,76 @@ def test_each_ensemble_cell_is_a_unit_of_its_own(ensembled):
     cells = [unit_ensemble(u) for u in units]
     assert [c.seed for c in cells] == [0, 1] and len({c.hash for c in cells}) == 2
     assert all(c.shape["members"] == [0, 1] for c in cells)
+
+
+class Noisy(Fixed):
+    """:class:`Fixed` with noise from the global RNG added to its logits: a member whose
+    predictions depend on what was drawn before it."""
+
+    def predict(self, episode):
+        p = super().predict(episode).probs
+        return Prediction(torch.softmax(p.log() + torch.randn_like(p), -1))
+
+
+def test_kept_predictions_of_a_member_are_the_ones_it_gives_again():
+    from zoo.ensemble import Recorded
+    from zoo.runner.ensembles import by_member
+    from zoo.seeds import seed_everything
+
+    glyphs, task = load_glyphs(), Classification()
+    shape = {"way": 3, "shot": 1, "query": 2, "train_shot": 1, "train_query": 2,
+             "unknown_fraction": 0.5}
+
+    def test_pass(method):
+        seed_everything(3)
+        return evaluation.evaluate(task, method, "noisy", glyphs, shape=shape, seed=3, count=5,
+                                   temperature=0.8)
+
+    models = [Noisy(0.1), Noisy(0.05), Noisy(0.2)]
+    kept = Recorded(models[1])  # the member's own cell, which kept its predictions
+    test_pass(kept)
+    assert len(kept.probs) == 2 * 5  # known and unknown queries of each episode
+    given, _ = by_member(models, test_pass, {1: kept.probs})
+    again, passes = by_member(models, test_pass)
+    assert passes[1] is not None
+    for a, b in zip(given, again, strict=True):
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b
+    with pytest.raises(ValueError, match="recorded predictions"):
+        by_member(models, test_pass, {1: kept.probs[:-1]})
+
+
+def test_ensemble_takes_the_predictions_its_members_kept(ensembled, tmp_path):
+    import shutil
+
+    from zoo.runner.storage import PREDICTIONS
+
+    out, _, suite = ensembled
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ensembles = {r["config_hash"]: r for r in lines if r.get("members")}
+    members = {r["seed"]: r["config_hash"] for r in lines if not r.get("members")}
+    assert all((out / "cells" / h / PREDICTIONS).exists() for h in members.values())
+
+    def records(root, h):
+        rows = [json.loads(line) for line in (root / "cells" / h / "episodes.jsonl").open()]
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+    again = tmp_path / "again"  # the ensembles scored anew, their members asked again
+    shutil.copytree(out, again)
+    for h in ensembles:
+        shutil.rmtree(again / "cells" / h)
+    for h in members.values():
+        (again / "cells" / h / PREDICTIONS).unlink()
+    redone = run_suite(suite, out=again, device="cpu", progress=False)
+    assert len(redone.finished) == 2 and not redone.failed
+    for h in ensembles:
+        assert records(again, h) == records(out, h)
+
+    broken = tmp_path / "broken"  # a kept file of other episodes is refused, not averaged
+    shutil.copytree(out, broken)
+    for h in ensembles:
+        shutil.rmtree(broken / "cells" / h)
+    path = broken / "cells" / members[0] / PREDICTIONS
+    torch.save({"probs": torch.load(path)["probs"][:-1]}, path)
+    failed = run_suite(suite, out=broken, device="cpu", progress=False)
+    assert len(failed.failed) == 1 and "recorded predictions" in failed.failed[0].error

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from zoo.ensemble import Recorded
 from zoo.errors import ZooError
-from zoo.io import atomic_write_json, atomic_write_text, sync_to_disk, write_marker
+from zoo.io import atomic_save, atomic_write_json, atomic_write_text, sync_to_disk, write_marker
 from zoo.runner.cells import Cell
 from zoo.runner.evaluate import evaluate
 from zoo.runner.provenance import environment
-from zoo.runner.storage import Results, link_or_copy, records_digest
+from zoo.runner.storage import PREDICTIONS, Results, link_or_copy, records_digest
 from zoo.runner.train import train_model
 from zoo.seeds import seed_everything
 from zoo.spec import parse_spec
@@ -177,11 +178,19 @@ def _score(cell: Cell, folder: Path, trained: Any, train_data: Any,
     test_data = datasets.get(cell.dataset)
     task.check_data(test_data, cell.dataset)
     task.check_compatible(train_data, test_data, cell.method)
+    # a cell whose seeds make an ensemble keeps its predictions (when made in one pass): the
+    # ensemble scored on these episodes takes them instead of asking this model again
+    recorded = (Recorded(trained.method) if cell.shape.get("ensemble")
+                and not (folder / "episodes.jsonl").exists() else None)
+    (folder / PREDICTIONS).unlink(missing_ok=True)  # a resumed pass's would be partial
     seed_everything(cell.seed)
-    records = evaluate(task, trained.method, cell.method, test_data, shape=cell.shape,
-                       seed=cell.seed, count=cell.test_episodes, temperature=trained.temperature,
-                       records_path=folder / "episodes.jsonl", progress=progress, label=cell.label,
-                       cell=cell.hash, auxiliary=datasets.auxiliary(cell))
+    records = evaluate(task, recorded or trained.method, cell.method, test_data,
+                       shape=cell.shape, seed=cell.seed, count=cell.test_episodes,
+                       temperature=trained.temperature, records_path=folder / "episodes.jsonl",
+                       progress=progress, label=cell.label, cell=cell.hash,
+                       auxiliary=datasets.auxiliary(cell))
+    if recorded is not None:
+        atomic_save({"probs": [p.cpu() for p in recorded.probs]}, folder / PREDICTIONS)
     result = result_line(cell, folder, records, trained, env) | objective_names(trained.method)
     link_or_copy(train_dir / "model.pt", folder / "model.pt")
     link_or_copy(train_dir / "training.json", folder / "training.json")

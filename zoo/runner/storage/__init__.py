@@ -5,6 +5,7 @@ itself (:class:`Results`)."""
 from zoo.runner.storage.jsonl import ResultsFolderError, read_json, read_jsonl, write_jsonl
 from zoo.runner.storage.layout import (
     CELL_FILES,
+    PREDICTIONS,
     TMP_RE,
     TRAIN_FILES,
     OldResultsFolderError,
@@ -13,6 +14,6 @@ from zoo.runner.storage.layout import (
 from zoo.runner.storage.lock import ResultsFolderBusyError
 from zoo.runner.storage.results import Results, link_or_copy
 
-__all__ = ["CELL_FILES", "TMP_RE", "TRAIN_FILES", "OldResultsFolderError", "Results",
+__all__ = ["CELL_FILES", "PREDICTIONS", "TMP_RE", "TRAIN_FILES", "OldResultsFolderError", "Results",
            "ResultsFolderBusyError", "ResultsFolderError", "link_or_copy", "read_json",
            "read_jsonl", "records_digest", "write_jsonl"]

@@ -8,6 +8,7 @@
     DIR/suites/<suite>.json     the resolved suite (settings, overrides, published references)
     DIR/train/<train-hash>/     config.json, checkpoint.pt, best.pt, model.pt, training.json, done
     DIR/cells/<cell-hash>/      config.json, env.json, model.pt, training.json, episodes.jsonl,
+                                predictions.pt (a cell whose seeds make an ensemble),
                                 result.json, done (written last) or error.txt
     DIR/report/                 tables (md, csv, json, tex) and figures
     DIR/experiments/<suite>/    what an ``entry`` suite writes
@@ -37,8 +38,11 @@ MARKER = "zoo-results.json"
 LOCK, WRITER = "writer.lock", "writer.json"
 TOP_LEVEL = {MARKER, LOCK, WRITER, "results.jsonl", "suites", "train", "cells", "report",
              "experiments"}
+PREDICTIONS = "predictions.pt"
+"""A cell's class probabilities of its test episodes, in the order they were asked for (kept by
+a cell whose suite asks for an ensemble of its seeds; :mod:`zoo.runner.ensembles` reads them)."""
 CELL_FILES = {"config.json", "env.json", "model.pt", "training.json", "episodes.jsonl",
-              "result.json", "done", "error.txt"}
+              PREDICTIONS, "result.json", "done", "error.txt"}
 TRAIN_FILES = {"config.json", "checkpoint.pt", "best.pt", "model.pt", "training.json", "done",
                "error.txt"}
 RUN_KINDS = (("train", TRAIN_FILES), ("cells", CELL_FILES))
