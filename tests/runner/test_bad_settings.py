@@ -84,6 +84,16 @@ def test_every_component_of_every_cell_is_built_before_the_first_cell(assignment
     assert not (tmp_path / "o").exists()
 
 
+def test_a_shape_a_test_set_cannot_give_stops_the_suite_before_the_first_cell(tmp_path):
+    """digits has 10 classes: a 12-way suite that also tests on glyphs (enough classes) stops
+    before any cell trains, naming the digits cell and what to change."""
+    with pytest.raises(SuiteError, match=r"(?s)1 cell\(s\) cannot draw their episodes; no cell was "
+                                         r"run.*protonet glyphs->digits 12w1s seed0: split 'test' "
+                                         r"of data set 'digits' has 10 classes, but way=12"):
+        run_suite(tiny_suite(ways=[12]), out=tmp_path / "o", device="cpu", progress=False)
+    assert not (tmp_path / "o").exists()
+
+
 def test_kernels_and_backbones_refuse_impossible_options():
     for options in ({"lengthscale": 0}, {"lengthscale": -1.0}, {"outputscale": 0},
                     {"lengthscale": float("nan")}, {"lengthscale": True}):

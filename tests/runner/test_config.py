@@ -133,6 +133,14 @@ def test_values_and_dataset_specs():
         "omniglot-minimal", {"background": "small2"})
     with pytest.raises(SpecError):
         parse_spec("Bad Name")
+    # a value may hold brackets: a TOML list, or a nested spec kept as text for its own parser
+    assert parse_spec("mlp[hidden=[64, 32],dropout=0.1]", "backbone") == (
+        "mlp", {"hidden": [64, 32], "dropout": 0.1})
+    assert parse_spec("md-bfsc[estimator=sobol[samples=8],lr=0.1]") == (
+        "md-bfsc", {"estimator": "sobol[samples=8]", "lr": 0.1})
+    for unpaired in ("mlp[hidden=[64]", "mlp[hidden=64]]"):
+        with pytest.raises(SpecError, match="brackets"):
+            parse_spec(unpaired, "backbone")
 
 
 def test_train_shot_trains_one_model_for_every_test_shot():

@@ -64,8 +64,12 @@ def test_no_test_episode_reaches_selection_or_calibration(monkeypatch, tmp_path)
     episodes, train_model = Classification.episodes, cell_module.train_model
 
     def recording_episodes(self, dataset, split, shape, seed, training):
-        drawn.append((stage["training"], split))
-        return episodes(self, dataset, split, shape, seed, training)
+        get = episodes(self, dataset, split, shape, seed, training)
+
+        def recording_get(i):  # an episode is drawn when the getter is called
+            drawn.append((stage["training"], split))
+            return get(i)
+        return recording_get
 
     def staged_train_model(*args, **kwargs):
         stage["training"] = True

@@ -60,14 +60,16 @@ def test_a_training_way_the_validation_split_cannot_give_fails_before_training(t
                                                                                  monkeypatch):
     """Validation episodes are drawn at the training way: a way above the validation split's
     classes (40 > glyphs' 33 validation classes, < its 548 training classes) is an error before
-    the first training step, not after the first ``val_every`` episodes."""
+    the first training step (of any cell: the suite stops before its first one), not after the
+    first ``val_every`` episodes."""
     import zoo.runner.train as train
+    from zoo.runner.suite import SuiteError
 
     steps = []
     monkeypatch.setattr(train, "lr_factor", lambda *a: steps.append(1) or 1.0)
     suite = tiny_suite(ways=[3], train_way=40, test_datasets=["glyphs"], train_episodes=50,
                        val_every=25)
-    outcome = run_suite(suite, out=tmp_path, device="cpu", progress=False)
-    assert not outcome.finished and len(outcome.failed) == 1
-    assert "split 'val'" in outcome.failed[0].error and "way=40" in outcome.failed[0].error
-    assert steps == []
+    with pytest.raises(SuiteError, match=r"(?s)no cell was run.*split 'val' of data set 'glyphs' "
+                                         r"has 33 classes, but way=40"):
+        run_suite(suite, out=tmp_path / "o", device="cpu", progress=False)
+    assert steps == [] and not (tmp_path / "o").exists()

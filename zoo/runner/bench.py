@@ -152,6 +152,40 @@ def check_cells_build(cells: Sequence[Cell], datasets: DatasetCache) -> None:
                              ) from None
 
 
+def check_cells_episodes(cells: Sequence[Cell], datasets: DatasetCache) -> None:
+    """Make every cell's episode getters (training, validation and test) without drawing an
+    episode, so that a shape a split cannot give (a 30-way cell on a 10-class test set) stops the
+    suite before its first cell, naming every such cell, instead of failing after its training."""
+    from zoo.runner.train import has_split
+
+    problems, seen = [], set()
+    for cell in cells:
+        key = json.dumps([cell.train_dataset, cell.val_dataset, cell.dataset, cell.shape],
+                         sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        task = cell.task
+        try:
+            train_data, val_data = datasets.training_data(cell)
+            val_data = train_data if val_data is None else val_data
+            if cell.train_episodes > 0:
+                task.episodes(train_data, "train", cell.shape, cell.seed, training=True)
+                if cell.val_episodes > 0 and has_split(val_data, "val"):
+                    task.episodes(val_data, "val", cell.shape, cell.seed, training=False)
+            test_data = datasets.get(cell.dataset)
+            task.check_data(test_data, cell.dataset)
+            task.check_compatible(train_data, test_data, cell.method)
+            task.test_episodes(test_data, cell.shape, cell.seed, cell.test_episodes,
+                               datasets.auxiliary(cell))
+        except ZooError as exc:
+            problems.append(f"{cell.label}: {exc}")
+    if problems:
+        raise SuiteError(f"{len(problems)} cell(s) cannot draw their episodes; no cell was run. "
+                         "Change the setting named below (--set) or the cell's data set:\n  - "
+                         + "\n  - ".join(problems))
+
+
 def run_entry(suite: Suite, out: Path, data_dir: str | None, device: str) -> Path:
     """A suite that runs a plugin-provided experiment function instead of cells."""
     spec = suite.settings["entry"]
@@ -212,6 +246,7 @@ def run_suite(name: str | Suite = "quick", *, out: Path, data_dir: str | None = 
         raise SuiteError(f"{suite.where} gives no cell to run for {', '.join(method_names)} "
                          "(no method supports its shapes, or a list setting is empty)")
     check_cells_build(cells, datasets)
+    check_cells_episodes(cells, datasets)
     results = Results.open(out, replace_older=force)
     with results.writer():
         results.sync_results()
