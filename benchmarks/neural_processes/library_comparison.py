@@ -10,7 +10,15 @@ The library is optional and not a dependency of the zoo: install it outside the 
 ``python3 -m venv /tmp/nplib && /tmp/nplib/bin/pip install neuralprocesses`` with torch on the
 path, and run this script with that interpreter and the zoo on ``PYTHONPATH``::
 
-    OMP_NUM_THREADS=1 python benchmarks/neural_processes/library_comparison.py [--steps 1000]
+    OMP_NUM_THREADS=1 python benchmarks/neural_processes/library_comparison.py [--steps 1000] \
+        [--seeds 0 1 2]
+
+Given the seeds the run is deterministic on one machine (one thread; every draw is seeded: the
+zoo's by ``torch.manual_seed`` and its episode generators, the library's by its random state);
+on another processor the float rounding differs, and 1,000 steps of training from the same seed
+can end several nats apart, so the spread that matters is over seeds: with several ``--seeds``
+the script prints, after the per-seed medians, each model's mean LMLHD over seeds with its
+Student-t 95% interval and the ours-minus-library differences paired by seed and test function.
 
 Without the library the script says so and exits (status 0).
 """
@@ -28,7 +36,9 @@ import numpy as np
 import torch
 
 from zoo.data.functions import load_sinusoid
+from zoo.metrics import seed_mean_ci, seed_paired_difference
 from zoo.plugins import registry
+from zoo.runner.provenance import device_description
 from zoo.tasks.regression import (
     RegressionEpisode,
     sample_pooled_task,
@@ -95,36 +105,20 @@ def train(step: Callable[[RegressionEpisode], torch.Tensor], params, episodes: i
     return (time.perf_counter() - start) / episodes
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--test", type=int, default=32, help="test functions")
-    p.add_argument("--samples", type=int, default=256, help="draws of q(z | C) for LMLHD")
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        import neuralprocesses.torch  # noqa: F401
-        from lab import B
-    except ImportError as exc:
-        log.info("neuralprocesses is not importable (%s): nothing to compare; see this "
-                 "script's docstring to install it outside the repository", exc)
-        return
-    torch.set_num_threads(1)
-    family = load_sinusoid()
+def run_seed(seed: int, a: argparse.Namespace, family, B) -> list[tuple]:
+    """Train and score the four models for one seed (the pool, the test functions, the
+    initialisations and every draw follow it): ``(name, s/step, scores, parameters)`` rows."""
 
     def pool(i: int) -> RegressionEpisode:
         """np-quick's training episode ``i``: 64 functions x 16 points, context 0..15."""
-        return sample_pooled_task(family, "train", a.seed, 16, i, 64, 15)
+        return sample_pooled_task(family, "train", seed, 16, i, 64, 15)
 
-    tests = {c: [sample_task(family, "test", a.seed, 64, i, c) for i in range(a.test)]
+    tests = {c: [sample_task(family, "test", seed, 64, i, c) for i in range(a.test)]
              for c in CONTEXTS}
-    log.info("torch %s, neuralprocesses %s, %d steps, %d test functions, %d draws",
-             torch.__version__, version("neuralprocesses"), a.steps, a.test, a.samples)
     rows = []
     methods = registry()
     for name in ("anp", "ma-np"):
-        torch.manual_seed(a.seed)
+        torch.manual_seed(seed)
         cls = methods.get("methods", name)
         model = cls(x_dim=1, y_dim=1, samples=a.samples)
         h = model.hparams
@@ -141,8 +135,8 @@ def main() -> None:
         rows.append((name, seconds, scores, sum(p.numel() for p in model.parameters())))
     hidden, latent_dim, lr = h["hidden"], h["latent_dim"], h["lr"]
     for name, model in library_models(hidden, latent_dim).items():
-        torch.manual_seed(a.seed)
-        state = B.create_random_state(torch.float32, seed=a.seed)
+        torch.manual_seed(seed)
+        state = B.create_random_state(torch.float32, seed=seed)
 
         def step(ep: RegressionEpisode, model=model) -> torch.Tensor:
             nonlocal state
@@ -159,14 +153,72 @@ def main() -> None:
                     scores[c].append((joint_log_likelihood(ep.target_y, mean, var),
                                       mse(ep.target_y, mean)))
         rows.append((name, seconds, scores, sum(p.numel() for p in model.parameters())))
-    header = " | ".join(f"LMLHD/MSE c={c}" for c in CONTEXTS)
-    print(f"| model | params | s/step | {header} |")
-    print("|" + "---|" * (3 + len(CONTEXTS)))
-    for name, seconds, scores, n in rows:
-        cells = " | ".join(f"{np.median([s[0] for s in scores[c]]):.1f} / "
-                           f"{np.median([s[1] for s in scores[c]]):.2f}" for c in CONTEXTS)
-        print(f"| {name} | {n} | {seconds * 1e3:.1f} ms | {cells} |")
     assert all(math.isfinite(s[0]) for _, _, sc, _ in rows for c in CONTEXTS for s in sc[c])
+    return rows
+
+
+PAIRS = (("anp", "lib-anp"), ("ma-np", "lib-np"))
+
+
+def spread(by_seed: dict[int, list[tuple]]) -> None:
+    """Over seeds: each model's mean LMLHD over the test functions, as the mean over seeds with
+    its Student-t 95% interval; and each ours-minus-library pair's difference, paired on the
+    same test functions within a seed, then over seeds (:func:`seed_paired_difference`)."""
+    seeds = sorted(by_seed)
+    lmlhd = {(name, c): {s: [v[0] for v in sc[c]] for s in seeds
+                         for n, _, sc, _ in by_seed[s] if n == name}
+             for name, *_ in by_seed[seeds[0]] for c in CONTEXTS}
+    header = " | ".join(f"c={c}" for c in CONTEXTS)
+    print(f"\nMean LMLHD over the test functions, then over {len(seeds)} seeds "
+          f"({', '.join(map(str, seeds))}): mean +- 95% t-interval")
+    print(f"| model | {header} |")
+    print("|" + "---|" * (1 + len(CONTEXTS)))
+    for name, *_ in by_seed[seeds[0]]:
+        cells = []
+        for c in CONTEXTS:
+            m, ci = seed_mean_ci([np.mean(v) for v in lmlhd[name, c].values()])
+            cells.append(f"{m:.1f} +- {ci:.1f}")
+        print(f"| {name} | {' | '.join(cells)} |")
+    for ours, lib in PAIRS:
+        cells = []
+        for c in CONTEXTS:
+            d, ci = seed_paired_difference(lmlhd[ours, c], lmlhd[lib, c])
+            cells.append(f"{d:+.1f} +- {ci:.1f}")
+        print(f"| {ours} - {lib} | {' | '.join(cells)} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--test", type=int, default=32, help="test functions")
+    p.add_argument("--samples", type=int, default=256, help="draws of q(z | C) for LMLHD")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    a = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        import neuralprocesses.torch  # noqa: F401
+        from lab import B
+    except ImportError as exc:
+        log.info("neuralprocesses is not importable (%s): nothing to compare; see this "
+                 "script's docstring to install it outside the repository", exc)
+        return
+    torch.set_num_threads(1)
+    family = load_sinusoid()
+    log.info("torch %s, neuralprocesses %s, %d steps, %d test functions, %d draws, %s",
+             torch.__version__, version("neuralprocesses"), a.steps, a.test, a.samples,
+             device_description("cpu"))
+    header = " | ".join(f"LMLHD/MSE c={c}" for c in CONTEXTS)
+    print(f"| seed | model | params | s/step | {header} |")
+    print("|" + "---|" * (4 + len(CONTEXTS)))
+    by_seed = {}
+    for seed in a.seeds:
+        by_seed[seed] = run_seed(seed, a, family, B)
+        for name, seconds, scores, n in by_seed[seed]:
+            cells = " | ".join(f"{np.median([s[0] for s in scores[c]]):.1f} / "
+                               f"{np.median([s[1] for s in scores[c]]):.2f}" for c in CONTEXTS)
+            print(f"| {seed} | {name} | {n} | {seconds * 1e3:.1f} ms | {cells} |", flush=True)
+    if len(a.seeds) > 1:
+        spread(by_seed)
 
 
 if __name__ == "__main__":
