@@ -193,7 +193,7 @@ def section_estimates(ref, mcv, tasks, seed, how):
     mcv.test(tasks, inner_optim=torch.optim.Adam, inner_steps=1)
     stored32 = np.array(mcv.meta_cv_ests, dtype=np.float64)
     np.random.seed(seed + 1)
-    rows = {k: [] for k in ("truth", "mc", "stored32", "stored", "patched", "zoo_at_theirs",
+    rows = {k: [] for k in ("truth", "mc", "mc_all", "stored32", "stored", "patched", "zoo_at_theirs",
                             "zoo", "c_shift")}
     net64 = copy.deepcopy(mcv.net).double()
     for _ in range(tasks):
@@ -212,6 +212,7 @@ def section_estimates(ref, mcv, tasks, seed, how):
         c0, c1 = float(net64.c.detach()), float(adapted[-1])
         rows["truth"].append(truth)
         rows["mc"].append(float(yq.mean()))
+        rows["mc_all"].append(float(torch.cat([y, yq]).mean()))
         rows["stored"].append(float((yq - pred_q).mean()) + c0)
         rows["patched"].append(float((yq - pred_q).mean()) + c1)
         rows["zoo_at_theirs"].append(float((yq - stein_values(adapted[:-1], Xq, S, True)[:, 0])
@@ -229,8 +230,9 @@ def section_estimates(ref, mcv, tasks, seed, how):
     print(f"un-adapted minus adapted intercept c - c': mean {r['c_shift'].mean():+.5f}, "
           f"|c - c'| from {np.abs(r['c_shift']).min():.5f} to {np.abs(r['c_shift']).max():.5f}; "
           f"meta-learned c = {float(mcv.net.c):.4f}")
-    err = {k: np.abs(r[k] - r["truth"]) for k in ("mc", "stored", "patched", "zoo")}
-    labels = {"mc": "MC on the 5 query points", "stored": "reference, stored estimator (c)",
+    err = {k: np.abs(r[k] - r["truth"]) for k in ("mc", "mc_all", "stored", "patched", "zoo")}
+    labels = {"mc": "MC on the 5 query points", "mc_all": f"MC on all {2 * K} points",
+              "stored": "reference, stored estimator (c)",
               "patched": "reference, Eq. 5.2 (c')", "zoo": "zoo's Meta-CV from these weights"}
     for k, label in labels.items():
         m, ci = mean_ci(err[k])
