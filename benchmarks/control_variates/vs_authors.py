@@ -1,9 +1,9 @@
 """The zoo's Meta-CV (``zoo.control_variates.neural``) against the thesis authors' own code.
 
-    git clone https://github.com/jz-fun/Meta_Control_Variates /tmp/metacv-src
-    pip install --target /tmp/metacv-site --no-deps higher==0.2.1
-    python benchmarks/control_variates/vs_authors.py --reference /tmp/metacv-src \\
-        --site /tmp/metacv-site [--train-steps 4000] [--tasks 1000] [--save F | --load F]
+    git clone https://github.com/jz-fun/Meta_Control_Variates METACV_SRC
+    pip install --target METACV_SITE --no-deps higher==0.2.1
+    python benchmarks/control_variates/vs_authors.py --reference METACV_SRC \\
+        --site METACV_SITE [--train-steps 4000] [--tasks 1000] [--save F | --load F]
 
 The reference (Sun 2023, "Meta Control Variates", the Genz oscillatory and Sarcos experiments) is
 imported from ``--reference`` unmodified: its network and Stein operator (``MetaNeuralCVModel``:
@@ -20,7 +20,10 @@ meta-training and test loops (``MetaNeuralCV``). ``higher`` is the only extra pa
    intercept ``c``), the zoo's Stein values with its ``UnrolledAdam`` and with Adam in the
    efficient order ``higher`` uses on the same loss (the update rule compared), and the zoo's own
    ``adapt`` (intercept profiled out, penalty on ``g``, ``UnrolledAdam``: the objective compared).
-3. **Estimates** on ``--tasks`` Genz oscillatory test tasks (d = 2, a ~ U(4, 6), u ~ U(0.4, 0.6),
+3. **Sarcos**: the reference's ``MetaNeuralCVModel_Sarcos`` (2 inputs, 5 x 20 sigmoid, its
+   N(0, 1e-3^2) initialisation) with a Gaussian score: its output minus its intercept, the Stein
+   term it divides by 1e20, and what one inner Adam step does to the weights and to ``c``.
+4. **Estimates** on ``--tasks`` Genz oscillatory test tasks (d = 2, a ~ U(4, 6), u ~ U(0.4, 0.6),
    ``K = 5`` support and 5 query points: the thesis's N = 10) drawn by the reference's own task
    generator, at the reference's meta-weights after ``--train-steps`` of its own meta-training
    (float32, its settings: 80 x 80, meta lr 2e-3, 5 tasks per step, lambda 5e-6; 0: at its
@@ -28,9 +31,6 @@ meta-training and test loops (``MetaNeuralCV``). ``higher`` is the only extra pa
    un-adapted intercept ``c``; checked equal to its ``MetaNeuralCV.test``), the same with the
    adapted ``c'`` (Eq. 5.2, ``mean_Q(f - g')``), the zoo's ``stein_values`` at the reference's
    adapted weights, and the zoo's Meta-CV adapting the same meta-weights by its own objective.
-4. **Sarcos**: the reference's ``MetaNeuralCVModel_Sarcos`` (2 inputs, 5 x 20 sigmoid, its
-   N(0, 1e-3^2) initialisation) with a Gaussian score: its output minus its intercept, the Stein
-   term it divides by 1e20, and what one inner Adam step does to the weights and to ``c``.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def meta_trained(ref, steps, seed, save, load):
     mcv.print_every = 10**9
     if load:
         mcv.net.load_state_dict(torch.load(load))
-        return mcv, f"loaded from {load}"
+        return mcv, f"loaded from {Path(load).name} (saved by --save after --train-steps)"
     start = time.perf_counter()
     if steps:
         mcv.main_loop(steps)
@@ -186,7 +186,7 @@ def meta_trained(ref, steps, seed, save, load):
 
 
 def section_estimates(ref, mcv, tasks, seed, how):
-    print(f"## 3. Estimates on {tasks} Genz oscillatory test tasks (d = 2, N = {2 * K}); "
+    print(f"## 4. Estimates on {tasks} Genz oscillatory test tasks (d = 2, N = {2 * K}); "
           f"meta-weights: {how}")
     # the reference's own test loop (float32), then the same tasks replayed
     np.random.seed(seed + 1)
@@ -243,7 +243,7 @@ def section_estimates(ref, mcv, tasks, seed, how):
 
 
 def section_sarcos(ref, seed):
-    print("## 4. Sarcos model (float32 as stored): the Stein term divided by 1e20")
+    print("## 3. Sarcos model (float32 as stored): the Stein term divided by 1e20")
     torch.manual_seed(seed)
     net = ref["Sarcos"](2, [20] * 5, torch.zeros(1))
     for p in net.parameters():  # the reference's main_loop initialisation, c included
