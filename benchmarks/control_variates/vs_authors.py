@@ -31,6 +31,7 @@ meta-training and test loops (``MetaNeuralCV``). ``higher`` is the only extra pa
    un-adapted intercept ``c``; checked equal to its ``MetaNeuralCV.test``), the same with the
    adapted ``c'`` (Eq. 5.2, ``mean_Q(f - g')``), the zoo's ``stein_values`` at the reference's
    adapted weights, and the zoo's Meta-CV adapting the same meta-weights by its own objective.
+5. **Stored results**: the reference's own Fig. 5.1 data for the same N, averaged.
 """
 
 from __future__ import annotations
@@ -266,6 +267,21 @@ def section_sarcos(ref, seed):
           f"c moves {moves[-1]:.1e}")
 
 
+def section_stored(reference: Path):
+    """The thesis's stored Fig. 5.1 data (``Oscillatory_DF_C.pkl``: absolute errors of 1,000 test
+    tasks per method and ``m = N / 2``), averaged, for the row this script reruns."""
+    path = reference / "Oscillatory_C" / "data_oscillatory" / "Oscillatory_DF_C.pkl"
+    if not path.is_file():
+        print(f"## 5. (no stored results at {path.name})")
+        return
+    import pandas as pd
+    df = pd.read_pickle(path)
+    print(f"## 5. The reference's stored Fig. 5.1 data ({path.name}), m = {K} (N = {2 * K})")
+    for method, err in df[df.sample_size == f"m={K}"].groupby("method").est_abserr:
+        m, ci = mean_ci(err.to_numpy())
+        print(f"  {method:4s} mean |error| {m:.4f} +- {ci:.4f} over {len(err)} tasks")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reference", type=Path, required=True, help="the authors' repository")
@@ -286,6 +302,7 @@ def main(argv=None):
     section_sarcos(ref, args.seed)
     mcv, how = meta_trained(ref, args.train_steps, args.seed, args.save, args.load)
     section_estimates(ref, mcv, args.tasks, args.seed, how)
+    section_stored(args.reference)
 
 
 if __name__ == "__main__":
