@@ -13,12 +13,12 @@ path, and run this script with that interpreter and the zoo on ``PYTHONPATH``::
     OMP_NUM_THREADS=1 python benchmarks/neural_processes/library_comparison.py [--steps 1000] \
         [--seeds 0 1 2]
 
-Given the seeds the run is deterministic on one machine (one thread; every draw is seeded: the
-zoo's by ``torch.manual_seed`` and its episode generators, the library's by its random state);
-on another processor the float rounding differs, and 1,000 steps of training from the same seed
-can end several nats apart, so the spread that matters is over seeds: with several ``--seeds``
-the script prints, after the per-seed medians, each model's mean LMLHD over seeds with its
-Student-t 95% interval and the ours-minus-library differences paired by seed and test function.
+Every draw is seeded (the zoo's by ``torch.manual_seed`` and its episode generators, the
+library's by its random state), one thread: two runs with the same seeds on one machine print the
+same numbers. One seed's numbers are one training run of unconverged models, so what to compare
+is the spread over seeds: with several ``--seeds`` the script prints, after the per-seed medians,
+each model's mean LMLHD over the test functions as a mean over seeds with its Student-t 95%
+interval, and the ours-minus-library differences paired by seed and test function.
 
 Without the library the script says so and exits (status 0).
 """
