@@ -15,10 +15,13 @@ LIN cells the softmax mean with ``R = diag(p) - p p^T + 1e-5 I``), and its ``pre
 jitted together as their ``run_rebayes_algorithm`` jits them. BONG-LIN-HESS-DG uses the zoo's
 ``dg_mean = vd-ekf`` (the authors' cell is VD-EKF), every other dg cell the default ``ngd``.
 
-Each side first takes ``--warm`` examples (so that the DLR factor has full rank), then one more
-example is timed from that belief, ``--repeats`` rounds in which every cell runs once on each side,
-interleaved (zoo, JAX, next cell), so that a shared machine's drifts hit both alike; medians are
-printed with the ratio zoo / JAX and the load average. One thread on both sides:
+Each side first takes ``--warm`` examples (so that the DLR factor has full rank) and two more
+(JAX compiles on the first), then the next ``--repeats`` examples of the stream are timed, one
+update each from the belief the previous update left, as a stream runs them (so nothing computed
+from a belief, a Cholesky factor for sampling say, is reused from an earlier call on the same
+belief). The rounds are interleaved (every cell's zoo update, then its JAX update, then the next
+cell), so that a shared machine's drifts hit both alike; medians are printed with the ratio
+zoo / JAX and the load average. One thread on both sides:
 ``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1`` and ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
 intra_op_parallelism_threads=1`` (set before JAX is imported).
 
@@ -29,26 +32,22 @@ Setup (JAX and the authors' code stay outside the zoo's environment)::
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/bong/vs_jax.py --env /tmp/bong-env \\
         --reference /tmp/bong-src --repeats 20
 
-The venv's site-packages are appended to this process's path after the zoo's. The authors'
-``bong/util.py`` imports ``flax``, ``jax_tqdm`` and ``optuna`` for experiment helpers that no update
-function uses; inert modules stand in for them, so none needs installing. Current JAX no longer
-has ``jax.tree_map``, which their constructors call; it is pointed at ``jax.tree_util.tree_map``
-(the same function under its current name). No algorithm of theirs is touched.
+:mod:`reference_env` puts the venv's site-packages on this process's path after the zoo's, stands
+inert modules in for the experiment helpers' imports of their ``bong/util.py`` and points the
+removed ``jax.tree_map`` at its current name. No algorithm of theirs is touched.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
-import subprocess
-import sys
 import time
-import types
 from collections.abc import Callable
 
+import reference_env
 import torch
+from reference_env import create_env
 from zoo_bong.method import Bong
 from zoo_bong.rules import RULES, TRACTABLE
 
@@ -61,85 +60,55 @@ FAMILY_CLASS = {"fc": "fg_", "fc-mom": "fg_reparam_", "dg": "dg_", "dg-mom": "dg
 
 def setup(env: str) -> None:
     """Create the venv ``env`` with JAX from PyPI (CPU) and say how to fetch the authors' code."""
-    subprocess.run([sys.executable, "-m", "venv", env], check=True)
-    subprocess.run([os.path.join(env, "bin", "pip"), "install", "-q", "jax", "jaxlib", "pytz"],
-                   check=True)
+    create_env(env)
     print(f"{env} ready; fetch the authors' code with\n"
           "    git clone https://github.com/petergchang/bong /tmp/bong-src\n"
           f"then run --env {env} --reference /tmp/bong-src")
 
 
-class _Inert(type):
-    """A class whose attributes and calls are itself: what ``bong.util``'s experiment helpers need
-    from ``flax``, ``jax_tqdm`` and ``optuna`` at import time."""
-
-    def __getattr__(cls, name):
-        return cls
-
-    def __call__(cls, *args, **kwargs):
-        return cls
-
-
-def _inert_attribute(name: str):
-    if name.startswith("__"):  # a module's dunders stay absent (inspect walks sys.modules)
-        raise AttributeError(name)
-    return _Inert("Inert", (), {})
-
-
 def import_reference(env: str, path: str):
     """JAX (one thread, float64) from ``env`` and the authors' four update modules from ``path``."""
-    if not os.path.isdir(os.path.join(path, "bong", "src")):
-        raise SystemExit(f"--reference {path} is not a checkout of petergchang/bong (no bong/src); "
-                         "git clone https://github.com/petergchang/bong DIR")
-    site = glob.glob(os.path.join(env, "lib", "python*", "site-packages"))
-    if not site:
-        raise SystemExit(f"--env {env} is not a virtual environment; create it with --setup {env}")
     os.environ["XLA_FLAGS"] = XLA_ONE_THREAD
     os.environ["OMP_NUM_THREADS"] = "1"
-    sys.path += site
-    for name in ("flax", "flax.linen", "jax_tqdm", "optuna"):
-        module = types.ModuleType(name)
-        module.__getattr__ = _inert_attribute
-        sys.modules[name] = module
-    sys.modules["flax"].linen = sys.modules["flax.linen"]
-    sys.path.insert(0, path)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    if not hasattr(jax, "tree_map"):  # removed from JAX after the authors' code was written
-        jax.tree_map = jax.tree_util.tree_map
-    from bong.src import bbb, blr, bog, bong
-
-    return jax, {"bong": bong, "bog": bog, "blr": blr, "bbb": bbb}
+    jax, modules, _ = reference_env.import_reference(env, path)
+    return jax, modules
 
 
 def cells() -> list[tuple[str, str, str]]:
     return [(r, f, c) for r in RULES for f in TRACTABLE for c in TRACTABLE[f]]
 
 
-def examples(warm: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def examples(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(1)
     return [(torch.rand(DIM, generator=gen, dtype=torch.float64), torch.tensor(i % CLASSES))
-            for i in range(warm + 1)]
+            for i in range(n)]
 
 
-def zoo_cell(rule: str, family: str, curvature: str, data) -> tuple[Callable[[], None], Bong]:
-    """One update of the zoo's cell from its belief after the warm-up examples."""
+def zoo_cell(rule: str, family: str, curvature: str, data, warm: int
+             ) -> tuple[Callable[[], None], Bong]:
+    """The zoo's cell after ``warm`` updates, and a call that makes its next update (of the
+    stream ``data``) from the belief the previous one left."""
     torch.manual_seed(0)
     dg_mean = "vd-ekf" if (rule, family, curvature) == ("bong", "dg", "lin-hess") else "ngd"
     method = Bong(dim=DIM, classes=CLASSES, network="mlp", rule=rule, family=family,
                   curvature=curvature, rank=RANK, samples=SAMPLES, alpha=ALPHA,
                   prior_var=PRIOR_VAR, dg_mean=dg_mean)
     state = method.init()
-    for x, y in data[:-1]:
+    for x, y in data[:warm]:
         state = method.update(state, x, y)
-    x, y = data[-1]
-    return (lambda: method.update(state, x, y)), method
+    stream = iter(data[warm:])
+
+    def step() -> None:
+        nonlocal state
+        state = method.update(state, *next(stream))
+
+    return step, method
 
 
-def jax_cell(jax, modules, rule: str, family: str, curvature: str, theta0, data
+def jax_cell(jax, modules, rule: str, family: str, curvature: str, theta0, data, warm: int
              ) -> Callable[[], None]:
-    """One jitted predict + update of the authors' cell from its belief after the warm-up."""
+    """The authors' cell after ``warm`` jitted predict + update calls, and a call that makes the
+    next one (of the stream ``data``) from the state the previous one left."""
     jnp, jr = jax.numpy, jax.random
     sizes = [HIDDEN * DIM, HIDDEN, CLASSES * HIDDEN, CLASSES]
     cuts = [sum(sizes[:i]) for i in range(1, len(sizes))]
@@ -172,11 +141,16 @@ def jax_cell(jax, modules, rule: str, family: str, curvature: str, theta0, data
     step = jax.jit(lambda key, state, x, y: alg.update(key, alg.predict(state), x, y))
     xs = [jnp.asarray(x.numpy()) for x, _ in data]
     ys = [jax.nn.one_hot(int(y), CLASSES, dtype=jnp.float64) for _, y in data]
-    state, key = alg.init(), jr.PRNGKey(0)
-    for t in range(len(data) - 1):
-        state = step(jr.fold_in(key, t), state, xs[t], ys[t])
-    last = jr.fold_in(key, len(data) - 1)
-    return lambda: jax.block_until_ready(step(last, state, xs[-1], ys[-1]))
+    state, key, t = alg.init(), jr.PRNGKey(0), 0
+
+    def advance() -> None:
+        nonlocal state, t
+        state = jax.block_until_ready(step(jr.fold_in(key, t), state, xs[t], ys[t]))
+        t += 1
+
+    for _ in range(warm):
+        advance()
+    return advance
 
 
 def load() -> str:
@@ -201,14 +175,14 @@ def main() -> None:
     jax, modules = import_reference(args.env, args.reference)
     torch.set_num_threads(1)
     families = args.families.split(",")
-    data = examples(args.warm)
+    data = examples(args.warm + 2 + args.repeats)
     steps: dict[tuple[str, str, str], tuple[Callable[[], None], Callable[[], None]]] = {}
     for cell in cells():
         if cell[1] not in families:
             continue
-        zoo_step, method = zoo_cell(*cell, data)
+        zoo_step, method = zoo_cell(*cell, data, args.warm)
         theta0 = jax.numpy.asarray(method.theta0.numpy())
-        steps[cell] = (zoo_step, jax_cell(jax, modules, *cell, theta0, data))
+        steps[cell] = (zoo_step, jax_cell(jax, modules, *cell, theta0, data, args.warm))
     print(f"torch {torch.__version__}, jax {jax.__version__}, one thread, float64, P = "
           f"{len(method.theta0)}; {len(steps)} cells, {args.repeats} interleaved rounds; before: "
           f"{load()}")

@@ -36,24 +36,21 @@ Setup (the reference and JAX stay outside the zoo's environment)::
     .venv/bin/python benchmarks/bong/vs_reference.py --reference /tmp/bong-src --env /tmp/bong-env
 
 ``--env DIR`` is a virtual environment holding ``jax jaxlib pytz`` (created with ``pip`` if it
-does not exist); its site-packages are appended to this process's path, after the zoo's. Their
-``bong/util.py`` imports ``flax``, ``jax_tqdm`` and ``optuna`` for its experiment helpers; none of
-the update functions or samplers uses them, so they are replaced by inert modules (no algorithm is
-touched).
+does not exist); :mod:`reference_env` puts it on the path after the zoo's and stands inert modules
+in for the experiment helpers' imports (no algorithm is touched).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import subprocess
 import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import reference_env
 import torch
+from reference_env import create_env
 from zoo_bong.beliefs import DiagLowRank, prior_belief
 from zoo_bong.curvature import linearised, monte_carlo
 from zoo_bong.likelihoods import Categorical, Gaussian
@@ -66,32 +63,6 @@ STEPS, SAMPLES, RANK, PRIOR_VAR = 4, 5, 2, 0.05
 ALPHA = {"bong": 1.0, "bog": 0.005, "blr": 0.5, "bbb": 0.002}
 ITERATIONS = {"bong": 1, "bog": 1, "blr": 3, "bbb": 3}
 D_IN, HIDDEN = 2, 3
-
-
-def prepare_env(env: str) -> None:
-    """Create ``env`` with JAX if missing, then put its site-packages after ours on the path."""
-    if not os.path.isdir(env):
-        subprocess.run([sys.executable, "-m", "venv", env], check=True)
-        subprocess.run([os.path.join(env, "bin", "pip"), "install", "-q", "jax", "jaxlib", "pytz"],
-                       check=True)
-    sys.path += glob.glob(os.path.join(env, "lib", "python*", "site-packages"))
-
-
-class _Inert(type):
-    """A class whose attributes and calls are more of itself: what ``bong.util``'s experiment
-    helpers need from ``flax``/``jax_tqdm``/``optuna`` at import time."""
-
-    def __getattr__(cls, name):
-        return cls
-
-    def __call__(cls, *args, **kwargs):
-        return cls
-
-
-def _inert_attribute(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _Inert("Inert", (), {})
 
 
 #: ``--patched``: the smallest edits that make each differing reference cell agree, one per bug
@@ -136,20 +107,12 @@ def patched_copy(path: str) -> str:
     return out
 
 
-def import_reference(path: str):
-    for name in ("flax", "flax.linen", "jax_tqdm", "optuna"):
-        module = types.ModuleType(name)
-        module.__getattr__ = _inert_attribute
-        sys.modules[name] = module
-    sys.modules["flax"].linen = sys.modules["flax.linen"]
-    sys.path.insert(0, path)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    from bong.src import bbb, blr, bog, bong
-    from bong.src.states import AgentState, DLRAgentState
-
-    return jax, {"bong": bong, "bog": bog, "blr": blr, "bbb": bbb}, AgentState, DLRAgentState
+def import_reference(env: str, path: str):
+    """JAX from ``env`` (created if missing) and the reference's update modules from ``path``."""
+    if not os.path.isdir(env):
+        create_env(env)
+    jax, modules, states = reference_env.import_reference(env, path)
+    return jax, modules, states.AgentState, states.DLRAgentState
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,8 +397,8 @@ def main() -> None:
     if not os.path.isfile(os.path.join(args.reference, "bong", "src", "bong.py")):
         sys.exit(f"--reference {args.reference!r} has no bong/src/bong.py; clone "
                  "petergchang/bong there")
-    prepare_env(args.env)
-    ref = import_reference(patched_copy(args.reference) if args.patched else args.reference)
+    ref = import_reference(args.env,
+                           patched_copy(args.reference) if args.patched else args.reference)
     jax = ref[0]
     probs = problems(jax)
     keys = [jax.random.fold_in(jax.random.PRNGKey(0), t) for t in range(STEPS)]

@@ -468,3 +468,33 @@ def test_a_non_finite_gradient_is_a_belief_error_not_a_linear_algebra_crash():
     nan = Curvature(torch.full((P,), float("nan")), root=torch.ones(P, 1))
     with pytest.raises(BeliefError, match="diverged.*lower prior_var"):
         update(q, lambda belief: nan, "bong", 1.0)
+
+
+@pytest.mark.parametrize("kind", ["lin-hess", "lin-ef", "mc-ef"])
+def test_the_autograd_and_the_differentiable_curvature_routes_agree(kind):
+    # a constant input takes plain autograd; an input that requires a gradient (a meta-learned
+    # head's features) takes torch.func, whose result stays differentiable in it
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+
+    def mlp(theta, x):  # 4 -> 3 tanh -> 3 classes, P = 12 + 9
+        return theta[12:].view(3, 3) @ torch.tanh((theta[:12].view(3, 4) * w) @ x)
+
+    theta = torch.randn(21, generator=gen, dtype=torch.float64)
+    x, y = torch.randn(4, generator=gen, dtype=torch.float64), torch.tensor(1)
+    draws = theta + 0.3 * torch.randn(5, 21, generator=gen, dtype=torch.float64)
+
+    def curvature(inputs):
+        if kind == "mc-ef":
+            return monte_carlo(mlp, Categorical(), draws, inputs, y, False, gen)
+        return linearised(mlp, Categorical(), theta, inputs, y, kind == "lin-hess")
+
+    plain, traced = curvature(x), curvature(x.clone().requires_grad_())
+    assert not plain.g.requires_grad and traced.g.requires_grad
+    torch.testing.assert_close(plain.g, traced.g.detach(), rtol=0, atol=1e-14)
+    torch.testing.assert_close(plain.root, traced.root.detach(), rtol=0, atol=1e-14)
+    if kind == "lin-hess":  # root root^T = F^T R F, R = diag(p) - p p^T, F by jacrev
+        jac = jacrev(mlp)(theta, x)
+        p = torch.softmax(mlp(theta, x), -1)
+        ggn = jac.T @ (torch.diag(p) - torch.outer(p, p)) @ jac
+        torch.testing.assert_close(plain.root @ plain.root.T, ggn, rtol=0, atol=1e-13)

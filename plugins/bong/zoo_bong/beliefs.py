@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -87,25 +88,35 @@ class Belief(ABC):
         """One plain-gradient step in the family's coordinates (same objective)."""
 
 
-def _low_rank_step(cov: Tensor, prec: Tensor, u: Tensor, c: Tensor, family: str
-                   ) -> tuple[Tensor, Tensor]:
-    """``(Sigma', Lambda')`` for ``Lambda' = Lambda + U C U^T`` with ``U [P, K]`` and ``C [K, K]``
-    symmetric, invertible, possibly indefinite, in ``O(P^2 K)`` (no ``P x P`` factorisation):
-    Woodbury, ``Sigma' = Sigma - Sigma U S^-1 U^T Sigma`` with the capacitance
-    ``S = C^-1 + U^T Sigma U [K, K]``. ``Lambda'`` is positive definite exactly when ``S`` has as many
-    negative eigenvalues as ``C`` and none zero (Haynsworth's inertia additivity applied to
-    ``[[Lambda, U], [U^T, -C^-1]]`` both ways), which is checked on ``S``'s ``K`` eigenvalues;
-    otherwise :class:`BeliefError`. The roles swap for a covariance update: ``(Lambda', Sigma')`` =
-    ``_low_rank_step(prec, cov, U, C)`` for ``Sigma' = Sigma + U C U^T``."""
-    b = cov @ u
-    s = torch.linalg.inv(c) + u.mT @ b
-    evals, evecs = torch.linalg.eigh(0.5 * (s + s.mT))
+def _capacitance_solve(cov: Tensor, b: Tensor, s: Tensor, negatives: int, family: str
+                       ) -> tuple[Tensor, Tensor]:
+    """``Sigma' = Sigma - B S^-1 B^T`` in one fused pass over ``Sigma``, and ``S^-1 B^T [K, P]``
+    (so that ``B S^-1 B^T v = B (S^-1 B^T v)`` costs ``O(P K)``).
+
+    This is Woodbury for ``Lambda' = Lambda + U C U^T`` (``U [P, K]``, ``C [K, K]`` symmetric,
+    invertible, possibly indefinite) with ``B = Sigma U`` and the capacitance
+    ``S = C^-1 + U^T Sigma U``, in ``O(P^2 K)`` without a ``P x P`` factorisation. ``Lambda'`` is
+    positive definite exactly when ``S`` has as many negative eigenvalues as ``C`` (``negatives``)
+    and none zero (Haynsworth's inertia additivity applied to ``[[Lambda, U], [U^T, -C^-1]]`` both
+    ways), which is checked on ``S``'s ``K`` eigenvalues; otherwise :class:`BeliefError`. The roles
+    of ``Sigma`` and ``Lambda`` swap for a covariance update ``Sigma' = Sigma + U C U^T``. The
+    update solves with ``S`` rather than through its eigenvectors, whose derivative is singular
+    at repeated eigenvalues (a rank-deficient curvature root has them), so that the step stays
+    differentiable for a caller that meta-learns through it."""
+    evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
     tiny = torch.finfo(s.dtype).eps * len(s) * evals.abs().max()
     if (not torch.isfinite(evals).all() or bool((evals.abs() <= tiny).any())
-            or int((evals < 0).sum()) != int((torch.linalg.eigvalsh(c) < 0).sum())):
+            or int((evals < 0).sum()) != negatives):
         _refuse(family, "positive definiteness")
-    rotated = b @ evecs
-    return cov - (rotated / evals) @ rotated.mT, prec + u @ c @ u.mT
+    solved = torch.linalg.solve(s, b.mT)
+    return torch.addmm(cov, b, solved, alpha=-1), solved
+
+
+def _times(rows: Tensor, matrix: Tensor) -> Tensor:
+    """``matrix @ rows^T`` for a symmetric ``matrix [P, P]`` and ``rows [K, P]``, as
+    ``(rows @ matrix)^T``: one pass over ``matrix`` with ``K`` contiguous rows, where BLAS is
+    several times faster than on the ``[P, K]`` right-hand side (bong.md's per-update time)."""
+    return (rows @ matrix).mT
 
 
 def _eye(x: Tensor, k: int) -> Tensor:
@@ -113,15 +124,20 @@ def _eye(x: Tensor, k: int) -> Tensor:
 
 
 class _Full(Belief):
-    """A full-covariance belief held by its mean, covariance ``Sigma`` and precision ``Lambda``.
+    """A full-covariance belief held by its mean and covariance ``Sigma`` (and the precision
+    ``Lambda`` where a step needs it).
 
     A natural step of the expected log-likelihood (BONG; BLR's step from the predicted belief)
     adds a rank-``K`` term to one of ``Sigma`` or ``Lambda`` (``K`` = ``C`` for LIN-HESS, 1 for
     LIN-EF, ``M`` for MC-EF), and a plain-gradient step (BOG; BBB's from the predicted belief) a
-    rank-``K + 2`` one; both are applied to ``Sigma`` and ``Lambda`` by :func:`_low_rank_step` in
-    ``O(P^2 K)`` (the covariance form of the Kalman update, ``C x C`` solves instead of a ``P x P``
-    Cholesky). An iterate of BLR or BBB away from the predicted belief mixes the two precisions
-    ``(1 - alpha) Lambda + alpha Lambda_0``, which is not low-rank: that step is dense
+    rank-``K`` (fc-mom) or rank-``K + 2`` (fc) one; each is applied to ``Sigma`` in ``O(P^2 K)``
+    (the covariance form of the Kalman update: a ``K x K`` capacitance instead of a ``P x P``
+    Cholesky, one fused pass over ``Sigma``), with positive definiteness decided on the
+    capacitance's inertia. All but one of these steps need ``Sigma`` alone; the fc-mom
+    plain-gradient step subtracts from ``Sigma`` and so needs ``Lambda U`` for its check: that step
+    updates ``Lambda`` too (by Woodbury, factorising once if the belief does not hold it), every
+    other step drops it. An iterate of BLR or BBB away from the predicted belief mixes the two
+    precisions ``(1 - alpha) Lambda + alpha Lambda_0``, which is not low-rank: that step is dense
     (``O(P^3)``). The Cholesky factor is computed only when sampling or a density needs it.
     """
 
@@ -135,22 +151,29 @@ class _Full(Belief):
         cov = torch.cholesky_inverse(_cholesky(prec, cls.family))
         return cls(FullGaussian.from_moments(mu, cov, precision=prec))
 
-    def _with(self, mu: Tensor, cov: Tensor, prec: Tensor) -> _Full:
+    def _with(self, mu: Tensor, cov: Tensor, prec: Tensor | None = None) -> _Full:
         return type(self)(FullGaussian.from_moments(mu, cov, precision=prec))
 
     @property
     def cov(self) -> Tensor:
         return self.gaussian.covariance()
 
-    @property
+    @cached_property
     def prec(self) -> Tensor:
+        """``Lambda``: held, or ``Sigma^-1`` by one Cholesky factorisation (``O(P^3)``, once)."""
         return self.gaussian.precision()
+
+    def sample(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` draws ``mu + L z`` (``L L^T = Sigma``) as one ``[n, P] x [P, P]`` product."""
+        z = torch.randn(n, len(self.mu), generator=generator, dtype=self.mu.dtype,
+                        device=self.mu.device)
+        return torch.addmm(self.mu, z, self.gaussian.tril.mT)
 
     def dynamics(self, gamma: float, q: float) -> _Full:
         if gamma == 1 and q == 0:
             return self
         eye = _eye(self.mu, len(self.mu))
-        return self.from_covariance(gamma * self.mu, gamma ** 2 * self.cov + q * eye)
+        return self._with(gamma * self.mu, gamma ** 2 * self.cov + q * eye)
 
     def _vi(self, curv: Curvature, prior: _Full) -> tuple[Tensor, Tensor]:
         """``(g_VI, G_VI)`` against a prior other than the current belief (dense)."""
@@ -170,12 +193,16 @@ class FullNatural(_Full):
     def natural_step(self, curv: Curvature, alpha: float, prior: FullNatural | None = None
                      ) -> FullNatural:
         # Lambda_i = (1 - a) Lambda + a (Lambda_0 - G),  mu_i = mu + a Sigma_i g_VI  (notes §2.4);
-        # from the prior itself Lambda_i = Lambda + a root root^T and g_VI = g.
+        # from the prior itself Lambda_i = Lambda + a root root^T and g_VI = g:
+        # Sigma_i = Sigma - B S^-1 B^T with B = Sigma root, S = I / a + root^T B.
         if prior is None or prior is self:
-            root = curv.root
-            cov, prec = _low_rank_step(self.cov, self.prec, root, alpha * _eye(root, root.shape[1]),
-                                       self.family)
-            return self._with(self.mu + alpha * cov @ curv.g, cov, prec)
+            root, g = curv.root, curv.g
+            k = root.shape[1]
+            both = _times(torch.cat([root.mT, g[None]]), self.cov)  # [Sigma root, Sigma g]
+            b, sg = both[:, :k], both[:, k]
+            cov, solved = _capacitance_solve(self.cov, b, _eye(b, k) / alpha + root.mT @ b, 0,
+                                             self.family)
+            return self._with(self.mu + alpha * (sg - b @ (solved @ g)), cov)
         g_vi = curv.g + prior.prec @ (prior.mu - self.mu)
         prec = (1 - alpha) * self.prec + alpha * (prior.prec - curv.dense())
         chol = _cholesky(prec, self.family)
@@ -189,16 +216,21 @@ class FullNatural(_Full):
         cov = self.cov
         if prior is None or prior is self:
             # Lambda' = Lambda + U C U^T with U = [Sigma root, s, mu], s = Sigma g and
-            # C = diag(2a I_K, [[0, -2a], [-2a, 0]]); psi1' = Lambda mu + a s, so
-            # mu' = Sigma' psi1' = mu - Sigma' U C U^T mu + a Sigma' s.
-            s = cov @ curv.g
-            u = torch.cat([(cov @ curv.root).mT, s[None], self.mu[None]]).mT
+            # C = diag(2a I_K, [[0, -2a], [-2a, 0]]) (one negative eigenvalue); psi1' =
+            # Lambda mu + a s, so mu' = Sigma' psi1' = mu + Sigma' U w, w = a e_s - C U^T mu.
             k = curv.root.shape[1]
-            c = torch.zeros(k + 2, k + 2, dtype=s.dtype, device=s.device)
-            c[:k, :k] = 2 * alpha * _eye(s, k)
+            u_t = torch.cat([_times(torch.cat([curv.root.mT, curv.g[None]]), cov).mT,
+                             self.mu[None]])  # U^T [K + 2, P]
+            b = _times(u_t, cov)  # Sigma U
+            c = torch.zeros(k + 2, k + 2, dtype=b.dtype, device=b.device)
+            c[:k, :k] = 2 * alpha * _eye(b, k)
             c[k, k + 1] = c[k + 1, k] = -2 * alpha
-            cov, prec = _low_rank_step(cov, self.prec, u, c, self.family)
-            return self._with(self.mu + cov @ (alpha * s - u @ (c @ (u.mT @ self.mu))), cov, prec)
+            c_inv = torch.zeros_like(c)
+            c_inv[:k, :k] = _eye(b, k) / (2 * alpha)
+            c_inv[k, k + 1] = c_inv[k + 1, k] = -1 / (2 * alpha)
+            cov, solved = _capacitance_solve(cov, b, c_inv + u_t @ b, 1, self.family)
+            w = alpha * _eye(b, k + 2)[k] - c @ (u_t @ self.mu)
+            return self._with(self.mu + b @ w - b @ (solved @ (w @ u_t)), cov)
         g, big_g = self._vi(curv, prior)
         sg = cov @ g
         d_psi2 = torch.outer(sg, self.mu) + torch.outer(self.mu, sg) + cov @ big_g @ cov
@@ -217,31 +249,42 @@ class FullMoment(_Full):
     def make(cls, mu: Tensor, cov: Tensor) -> FullMoment:
         return cls.from_covariance(mu, cov)
 
-    def _covariance_step(self, mu: Tensor, u: Tensor, c: Tensor) -> FullMoment:
-        """``Sigma' = Sigma + U C U^T`` (and ``Lambda'`` by Woodbury), ``O(P^2 K)``."""
-        prec, cov = _low_rank_step(self.prec, self.cov, u, c, self.family)
-        return self._with(mu, cov, prec)
-
     def natural_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
                      ) -> FullMoment:
         # NGD in (mu, Sigma): mu += a Sigma g_VI, Sigma += a Sigma G_VI Sigma: first order in
         # Sigma G, hence not exact in the conjugate case (notes §2.4). From the prior itself
-        # (g_VI, G_VI) = (g, -root root^T): Sigma' = Sigma - a (Sigma root)(Sigma root)^T.
+        # (g_VI, G_VI) = (g, -root root^T): Sigma' = Sigma - a B B^T with B = Sigma root, positive
+        # definite exactly when S = -I / a + B^T Lambda B = -I / a + root^T B is negative definite
+        # (the capacitance of Sigma + B (-a I) B^T: Lambda is not needed).
         cov = self.cov
         if prior is None or prior is self:
-            b = cov @ curv.root
-            return self._covariance_step(self.mu + alpha * cov @ curv.g, b,
-                                         -alpha * _eye(b, b.shape[1]))
+            root, g = curv.root, curv.g
+            k = root.shape[1]
+            both = _times(torch.cat([root.mT, g[None]]), cov)
+            b = both[:, :k]
+            s = root.mT @ b - _eye(b, k) / alpha
+            evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
+            if not (torch.isfinite(evals).all()
+                    and bool((evals < -torch.finfo(s.dtype).eps * k * evals.abs().max()).all())):
+                _refuse(self.family, "positive definiteness")
+            return self._with(self.mu + alpha * both[:, k], torch.addmm(cov, b, b.mT, alpha=-alpha))
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * cov @ g, cov + alpha * cov @ big_g @ cov)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
                       ) -> FullMoment:
-        # mu += a g_VI, Sigma += a G_VI / 2
+        # mu += a g_VI, Sigma += a G_VI / 2. From the prior itself Sigma' = Sigma - (a / 2)
+        # root root^T, positive definite exactly when S = -(2 / a) I + root^T Lambda root is
+        # negative definite; Lambda' = Lambda - (Lambda root) S^-1 (Lambda root)^T (Woodbury).
         if prior is None or prior is self:
-            k = curv.root.shape[1]
-            return self._covariance_step(self.mu + alpha * curv.g, curv.root,
-                                         -0.5 * alpha * _eye(curv.root, k))
+            root = curv.root
+            k = root.shape[1]
+            lam_root = _times(root.mT, self.prec)
+            prec, _ = _capacitance_solve(self.prec, lam_root,
+                                         root.mT @ lam_root - 2 / alpha * _eye(root, k), k,
+                                         self.family)
+            return self._with(self.mu + alpha * curv.g,
+                              torch.addmm(self.cov, root, root.mT, alpha=-0.5 * alpha), prec)
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * g, self.cov + 0.5 * alpha * big_g)
 

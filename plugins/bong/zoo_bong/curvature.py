@@ -56,10 +56,15 @@ def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y:
                hessian: bool) -> Curvature:
     """LIN-HESS (``hessian=True``) or LIN-EF, linearising the network at ``mean``.
 
-    LIN-HESS takes the Jacobian ``F [C, P]`` by ``jacrev`` (the ``C`` pullbacks batched by
-    ``vmap`` into one backward call), then ``g = F^T s`` and ``root = F^T A``; LIN-EF needs one
-    pullback of the score.
+    LIN-HESS needs ``g = F^T s`` and ``root = F^T A`` (``F [C, P]`` the Jacobian), LIN-EF ``g``
+    alone: ``C + 1`` pullbacks (one for LIN-EF) of one forward pass. Where no caller
+    differentiates through the curvature (neither ``mean`` nor ``x`` requires a gradient, or
+    gradients are off), they are plain autograd pullbacks, batched in one backward call; otherwise
+    ``torch.func`` (``jacrev``, ``vjp``), whose results stay differentiable (a meta-learned head).
+    Both routes give the same numbers.
     """
+    if not (torch.is_grad_enabled() and (mean.requires_grad or x.requires_grad)):
+        return _pullbacks(model, likelihood, mean, x, y, hessian)
     if hessian:
         f = model(mean, x)
         jac = jacrev(model)(mean, x)  # [C, P]
@@ -69,14 +74,40 @@ def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y:
     return Curvature(g, root=g[:, None])
 
 
+def _pullbacks(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y: Tensor,
+               hessian: bool) -> Curvature:
+    """:func:`linearised` by autograd, for constant ``mean`` and ``x``; the LIN-HESS root is the
+    transpose of the row-major ``[C, P]`` pullbacks (BLAS reads its columns contiguously)."""
+    with torch.enable_grad():
+        theta = mean.detach().requires_grad_()
+        f = model(theta, x)
+    out = f.detach()
+    score = likelihood.score(out, y)
+    if not hessian:
+        (g,) = torch.autograd.grad(f, theta, score)
+        return Curvature(g, root=g[:, None])
+    cotangents = torch.cat([score[None], likelihood.fisher_root(out).mT])  # [1 + C, C]
+    (rows,) = torch.autograd.grad(f, theta, cotangents, is_grads_batched=True)
+    return Curvature(rows[0], root=rows[1:].mT)
+
+
 def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, y: Tensor,
                 hessian: bool, generator: torch.Generator) -> Curvature:
-    """MC-HESS (``hessian=True``, Hutchinson diagonal) or MC-EF from ``draws [M, P]`` of ``q``."""
+    """MC-HESS (``hessian=True``, Hutchinson diagonal) or MC-EF from ``draws [M, P]`` of ``q``.
+
+    The per-draw gradients are one backward pass of the summed log-likelihoods (each draw's term
+    depends on its own row only), by autograd where no caller differentiates through the
+    curvature, else by ``torch.func`` (``vmap`` of ``grad``, differentiable)."""
 
     def log_lik(theta: Tensor) -> Tensor:
         return likelihood.log_prob(model(theta, x), y)
 
-    grads = vmap(grad(log_lik))(draws)  # [M, P]
+    if torch.is_grad_enabled() and (draws.requires_grad or x.requires_grad):
+        grads = vmap(grad(log_lik))(draws)  # [M, P], differentiable
+    else:  # one batched forward, one backward: the same gradients, faster
+        with torch.enable_grad():
+            thetas = draws.detach().requires_grad_()
+            (grads,) = torch.autograd.grad(vmap(log_lik)(thetas).sum(), thetas)
     g = grads.mean(0)
     if not hessian:
         return Curvature(g, root=grads.T / draws.shape[0] ** 0.5)
