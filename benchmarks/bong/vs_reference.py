@@ -83,6 +83,9 @@ PATCHES = [
      "(-(HTRinv * H.T).sum(-1) - prec0 + prec)", "BLR-DG-mom-LIN-HESS: the same sign"),
     ("bbb.py", r"prec_lr @ \(\s*prec_lr0\.T @ \(mean0 - mean\)",
      "prec_lr0 @ (prec_lr0.T @ (mean0 - mean)", "BBB-DLR: Lambda_0 = Ups_0 + W_0 W_0^T"),
+    ("bbb.py", r"lr_term = lr_term1 \+ lr_term2 \+ lr_term3 \+ lr_term4 \+ lr_term5",
+     "lr_term = lr_term1 + lr_term2 + lr_term3 + lr_term4 - lr_term5",
+     "BBB-DLR: the W gradient's Sigma (-W W^T) Sigma W term with its sign"),
 ]
 
 

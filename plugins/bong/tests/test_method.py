@@ -127,3 +127,25 @@ def test_mnist_stream_reads_the_papers_splits_from_idx_files(fake_mnist):
     assert torch.equal(val_pool, data.pool) and len(val_held) == 500
     assert not set(val_held.tolist()) & (set(data.pool.tolist()) | set(data.held_out.tolist()))
 
+
+
+@pytest.mark.parametrize("name", ["mlp", "linear"])
+def test_the_direct_forward_of_linear_stacks_is_the_modules(name):
+    from torch.func import functional_call, vmap
+    from zoo_bong.networks import build_network, flat_function
+
+    torch.manual_seed(0)
+    net = build_network(name, 5, 3, hidden=7)
+    theta, f = flat_function(net)
+    thetas = theta + 0.1 * torch.randn(4, len(theta), dtype=theta.dtype)
+    x = torch.randn(6, 5)
+    names = [n for n, _ in net.named_parameters()]
+    sizes = [p.numel() for p in net.parameters()]
+    shapes = [p.shape for p in net.parameters()]
+
+    def module_f(flat):
+        params = {n: c.reshape(s) for n, c, s in zip(names, flat.split(sizes), shapes)}
+        return functional_call(net, params, (x.to(flat.dtype),))
+
+    assert torch.equal(f(theta, x), module_f(theta))
+    assert torch.equal(vmap(lambda t: f(t, x))(thetas), vmap(module_f)(thetas))

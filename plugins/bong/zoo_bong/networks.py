@@ -68,14 +68,39 @@ def _architecture(name: str, dim: int, classes: int, hidden: int) -> nn.Module:
 def flat_function(module: nn.Module, dtype: torch.dtype = torch.float64
                   ) -> tuple[Tensor, Callable[[Tensor, Tensor], Tensor]]:
     """The module's initial parameters as one vector ``theta [P]`` and ``f(theta, x [n, dim]) ->
-    [n, C]`` (``x`` cast to ``dtype``)."""
+    [n, C]`` (``x`` cast to ``dtype``). A linear layer or a stack of linear and ReLU layers (the
+    ``linear`` and ``mlp`` networks) is evaluated by the layers' functions on slices of ``theta``
+    directly; any other module by ``functional_call``, which swaps the slices into the module
+    first (several times the cost of the MLP's arithmetic at one example)."""
     names = [n for n, _ in module.named_parameters()]
     shapes = [p.shape for _, p in module.named_parameters()]
     sizes = [p.numel() for _, p in module.named_parameters()]
     theta = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).to(dtype)
+    layers = list(module) if isinstance(module, nn.Sequential) else [module]
+    if all(isinstance(layer, nn.ReLU) or (isinstance(layer, nn.Linear) and layer.bias is not None)
+           for layer in layers):
+        return theta, _linear_stack(layers, shapes, sizes)
 
     def f(flat: Tensor, x: Tensor) -> Tensor:
         params = {n: chunk.reshape(s) for n, chunk, s in zip(names, flat.split(sizes), shapes)}
         return functional_call(module, params, (x.to(flat.dtype),))
 
     return theta, f
+
+
+def _linear_stack(layers: list[nn.Module], shapes: list[torch.Size], sizes: list[int]
+                  ) -> Callable[[Tensor, Tensor], Tensor]:
+    """``f(theta, x)`` of linear (weight, bias: the order of ``named_parameters``) and ReLU
+    layers."""
+    def f(flat: Tensor, x: Tensor) -> Tensor:
+        chunks = flat.split(sizes)
+        h, i = x.to(flat.dtype), 0
+        for layer in layers:
+            if isinstance(layer, nn.ReLU):
+                h = torch.relu(h)
+            else:
+                h = nn.functional.linear(h, chunks[i].view(shapes[i]), chunks[i + 1])
+                i += 2
+        return h
+
+    return f
