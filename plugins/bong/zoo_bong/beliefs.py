@@ -20,6 +20,7 @@ can, notes §3.2).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
@@ -55,7 +56,8 @@ def _cholesky(matrix: Tensor, family: str) -> Tensor:
 
 
 def _positive(values: Tensor, family: str) -> Tensor:
-    if not (torch.isfinite(values).all() and (values > 0).all()):
+    lo, hi = torch.aminmax(values)  # one pass; a NaN fails the first comparison
+    if not (float(lo) > 0 and float(hi) < math.inf):
         _refuse(family, "positive variances")
     return values
 

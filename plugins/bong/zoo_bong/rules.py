@@ -9,9 +9,11 @@ with plain gradients). Every BLR/BBB iteration re-estimates ``(g, G)`` under its
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from zoo_bong.beliefs import Belief, BeliefError
 from zoo_bong.curvature import CURVATURES, Curvature
@@ -63,15 +65,20 @@ def _checked(estimate: Callable[[Belief], Curvature], rule: str
     an earlier step sent far away overflows the network's logits)."""
     def checked(q: Belief) -> Curvature:
         curv = estimate(q)
-        if not torch.isfinite(curv.g).all():
+        if not _all_finite(curv.g):
             raise BeliefError(f"rule {rule!r} on the {q.family} belief diverged (the gradient at "
                               "the current mean is not finite); lower prior_var or alpha")
         return curv
     return checked
 
 
+def _all_finite(x: Tensor) -> bool:
+    lo, hi = torch.aminmax(x)  # one pass; NaN propagates to both
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
+
+
 def _finite(belief: Belief, rule: str) -> Belief:
-    if not torch.isfinite(belief.mu).all():
+    if not _all_finite(belief.mu):
         raise BeliefError(f"rule {rule!r} on the {belief.family} belief diverged (the mean is no "
                           "longer finite); lower alpha or the prior variance")
     return belief
