@@ -224,15 +224,14 @@ class FullNatural(_Full):
             u_t = torch.cat([_times(torch.cat([curv.root.mT, curv.g[None]]), cov).mT,
                              self.mu[None]])  # U^T [K + 2, P]
             b = _times(u_t, cov)  # Sigma U
-            c = torch.zeros(k + 2, k + 2, dtype=b.dtype, device=b.device)
-            c[:k, :k] = 2 * alpha * _eye(b, k)
-            c[k, k + 1] = c[k + 1, k] = -2 * alpha
-            c_inv = torch.zeros_like(c)
+            c_inv = torch.zeros(k + 2, k + 2, dtype=b.dtype, device=b.device)
             c_inv[:k, :k] = _eye(b, k) / (2 * alpha)
             c_inv[k, k + 1] = c_inv[k + 1, k] = -1 / (2 * alpha)
-            cov, solved = _capacitance_solve(cov, b, c_inv + u_t @ b, 1, self.family)
-            w = alpha * _eye(b, k + 2)[k] - c @ (u_t @ self.mu)
-            return self._with(self.mu + b @ w - b @ (solved @ (w @ u_t)), cov)
+            s = c_inv + u_t @ b
+            new_cov, _ = _capacitance_solve(cov, b, s, 1, self.family)
+            # Sigma' U = Sigma U S^-1 C^-1 (Woodbury), so Sigma' U w = B S^-1 (a C^-1 e_s - U^T mu)
+            rhs = alpha * c_inv[:, k] - u_t @ self.mu
+            return self._with(self.mu + b @ torch.linalg.solve(s, rhs), new_cov)
         g, big_g = self._vi(curv, prior)
         sg = cov @ g
         d_psi2 = torch.outer(sg, self.mu) + torch.outer(self.mu, sg) + cov @ big_g @ cov
