@@ -65,17 +65,21 @@ def test_covariance_form_refuses_exactly_the_steps_that_lose_positive_definitene
     curv = Curvature(curv.g, root=3 * curv.root)
     cls = FullNatural if family == "fc" else FullMoment
     q = cls.make(mu, torch.linalg.inv(cov)) if family == "fc" else cls.make(mu, cov)
-    method = q.natural_step if step == "natural" else q.gradient_step
+    sampled = cls(FullGaussian.from_moments(mu, cov))  # no precision, its Cholesky factor made
+    sampled.sample(2, torch.Generator().manual_seed(0))
     outcomes = set()
     for alpha in (1e-3, 1e-2, 0.03, 0.1, 0.3, 1.0, 3.0):
         _, dense = _dense(family, step, mu, cov, curv, alpha)
         positive = bool((torch.linalg.eigvalsh(dense) > 0).all())
         outcomes.add(positive)
-        if positive:
-            method(curv, alpha)
-        else:
-            with pytest.raises(BeliefError, match="positive definiteness"):
-                method(curv, alpha)
+        for belief in (q, sampled):  # fc-mom's plain-gradient step checks by Lambda or by L
+            method = belief.natural_step if step == "natural" else belief.gradient_step
+            if positive:
+                new = method(curv, alpha)
+                torch.testing.assert_close(new.cov, dense, rtol=0, atol=1e-10)
+            else:
+                with pytest.raises(BeliefError, match="positive definiteness"):
+                    method(curv, alpha)
     assert outcomes == {True, False}  # the sweep crosses the boundary
 
 

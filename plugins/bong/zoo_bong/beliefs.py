@@ -114,6 +114,15 @@ def _capacitance_solve(cov: Tensor, b: Tensor, s: Tensor, negatives: int, family
     return torch.addmm(cov, b, solved, alpha=-1), solved
 
 
+def _negative_definite(s: Tensor, family: str) -> None:
+    """:class:`BeliefError` unless the symmetric ``K x K`` capacitance ``s`` is negative definite
+    (a covariance downdate ``Sigma - B B^T`` stays positive definite exactly then)."""
+    evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
+    if not (torch.isfinite(evals).all()
+            and bool((evals < -torch.finfo(s.dtype).eps * len(s) * evals.abs().max()).all())):
+        _refuse(family, "positive definiteness")
+
+
 def _times(rows: Tensor, matrix: Tensor) -> Tensor:
     """``matrix @ rows^T`` for a symmetric ``matrix [P, P]`` and ``rows [K, P]``, as
     ``(rows @ matrix)^T``: one pass over ``matrix`` with ``K`` contiguous rows, where BLAS is
@@ -165,11 +174,20 @@ class _Full(Belief):
         """``Lambda``: held, or ``Sigma^-1`` by one Cholesky factorisation (``O(P^3)``, once)."""
         return self.gaussian.precision()
 
+    @cached_property
+    def chol(self) -> Tensor:
+        """The Cholesky factor ``L`` of ``Sigma`` (``O(P^3)``, once: sampling needs it)."""
+        return self.gaussian.tril
+
     def sample(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` draws ``mu + L z`` (``L L^T = Sigma``) as one ``[n, P] x [P, P]`` product."""
         z = torch.randn(n, len(self.mu), generator=generator, dtype=self.mu.dtype,
                         device=self.mu.device)
-        return torch.addmm(self.mu, z, self.gaussian.tril.mT)
+        return torch.addmm(self.mu, z, self.chol.mT)
+
+    def _factorised(self) -> bool:
+        """Whether :attr:`chol` has been computed (by sampling, for an MC curvature)."""
+        return "chol" in self.__dict__  # where functools.cached_property keeps it
 
     def dynamics(self, gamma: float, q: float) -> _Full:
         if gamma == 1 and q == 0:
@@ -263,11 +281,7 @@ class FullMoment(_Full):
             k = root.shape[1]
             both = _times(torch.cat([root.mT, g[None]]), cov)
             b = both[:, :k]
-            s = root.mT @ b - _eye(b, k) / alpha
-            evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
-            if not (torch.isfinite(evals).all()
-                    and bool((evals < -torch.finfo(s.dtype).eps * k * evals.abs().max()).all())):
-                _refuse(self.family, "positive definiteness")
+            _negative_definite(root.mT @ b - _eye(b, k) / alpha, self.family)
             return self._with(self.mu + alpha * both[:, k], torch.addmm(cov, b, b.mT, alpha=-alpha))
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * cov @ g, cov + alpha * cov @ big_g @ cov)
@@ -275,17 +289,25 @@ class FullMoment(_Full):
     def gradient_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
                       ) -> FullMoment:
         # mu += a g_VI, Sigma += a G_VI / 2. From the prior itself Sigma' = Sigma - (a / 2)
-        # root root^T, positive definite exactly when S = -(2 / a) I + root^T Lambda root is
-        # negative definite; Lambda' = Lambda - (Lambda root) S^-1 (Lambda root)^T (Woodbury).
+        # root root^T = L (I - (a / 2) W W^T) L^T with W = L^-1 root, positive definite exactly
+        # when S = -(2 / a) I + root^T Lambda root = -(2 / a) I + W^T W is negative definite.
+        # With the Cholesky factor L at hand (sampled from: MC-EF) S comes from W, O(P^2 K);
+        # otherwise from Lambda, which the step then carries by Woodbury,
+        # Lambda' = Lambda - (Lambda root) S^-1 (Lambda root)^T.
         if prior is None or prior is self:
             root = curv.root
             k = root.shape[1]
+            mu = self.mu + alpha * curv.g
+            cov = torch.addmm(self.cov, root, root.mT, alpha=-0.5 * alpha)
+            if self._factorised():
+                w = torch.linalg.solve_triangular(self.chol, root, upper=False)
+                _negative_definite(w.mT @ w - 2 / alpha * _eye(root, k), self.family)
+                return self._with(mu, cov)
             lam_root = _times(root.mT, self.prec)
             prec, _ = _capacitance_solve(self.prec, lam_root,
                                          root.mT @ lam_root - 2 / alpha * _eye(root, k), k,
                                          self.family)
-            return self._with(self.mu + alpha * curv.g,
-                              torch.addmm(self.cov, root, root.mT, alpha=-0.5 * alpha), prec)
+            return self._with(mu, cov, prec)
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * g, self.cov + 0.5 * alpha * big_g)
 
