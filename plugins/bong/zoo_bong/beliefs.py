@@ -111,7 +111,16 @@ def _capacitance_solve(cov: Tensor, b: Tensor, s: Tensor, negatives: int, family
             or int((evals < 0).sum()) != negatives):
         _refuse(family, "positive definiteness")
     solved = torch.linalg.solve(s, b.mT)
-    return torch.addmm(cov, b, solved, alpha=-1), solved
+    return _plus_product(cov, b, solved, -1), solved
+
+
+def _plus_product(matrix: Tensor, left: Tensor, right: Tensor, alpha: float) -> Tensor:
+    """``matrix + alpha left right`` (``left [P, K]``, ``right [K, P]``) in a new tensor: one
+    elementwise pass for ``K = 1`` (``addr``), else ``addmm`` (a copy, then the GEMM in place:
+    twice the memory traffic, which dominates at small ``K``)."""
+    if left.shape[1] == 1:
+        return torch.addr(matrix, left[:, 0], right[0], alpha=alpha)
+    return torch.addmm(matrix, left, right, alpha=alpha)
 
 
 def _negative_definite(s: Tensor, family: str) -> None:
@@ -282,7 +291,7 @@ class FullMoment(_Full):
             both = _times(torch.cat([root.mT, g[None]]), cov)
             b = both[:, :k]
             _negative_definite(root.mT @ b - _eye(b, k) / alpha, self.family)
-            return self._with(self.mu + alpha * both[:, k], torch.addmm(cov, b, b.mT, alpha=-alpha))
+            return self._with(self.mu + alpha * both[:, k], _plus_product(cov, b, b.mT, -alpha))
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * cov @ g, cov + alpha * cov @ big_g @ cov)
 
@@ -298,7 +307,7 @@ class FullMoment(_Full):
             root = curv.root
             k = root.shape[1]
             mu = self.mu + alpha * curv.g
-            cov = torch.addmm(self.cov, root, root.mT, alpha=-0.5 * alpha)
+            cov = _plus_product(self.cov, root, root.mT, -0.5 * alpha)
             if self._factorised():
                 w = torch.linalg.solve_triangular(self.chol, root, upper=False)
                 _negative_definite(w.mT @ w - 2 / alpha * _eye(root, k), self.family)
