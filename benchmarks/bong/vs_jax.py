@@ -21,7 +21,12 @@ update each from the belief the previous update left, as a stream runs them (so 
 from a belief, a Cholesky factor for sampling say, is reused from an earlier call on the same
 belief). The rounds are interleaved (every cell's zoo update, then its JAX update, then the next
 cell), so that a shared machine's drifts hit both alike; medians are printed with the ratio
-zoo / JAX and the load average. One thread on both sides:
+zoo / JAX and the load average. Both sides allocate new ``P x P`` buffers every update (the
+authors' code one covariance, the zoo's one or two); with glibc's defaults a freed buffer of that
+size is often returned to the system and the next one faults fresh zeroed pages in, some 600
+faults and about a millisecond on a loaded machine, which hits either side at random and
+swamps the updates' own arithmetic. So the script first has ``malloc`` keep freed memory
+(:func:`keep_freed_memory`; ``--default-malloc`` leaves it). One thread on both sides:
 ``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1`` and ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
 intra_op_parallelism_threads=1`` (set before JAX is imported).
 
@@ -40,6 +45,7 @@ removed ``jax.tree_map`` at its current name. No algorithm of theirs is touched.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import time
@@ -72,6 +78,19 @@ def import_reference(env: str, path: str):
     os.environ["OMP_NUM_THREADS"] = "1"
     jax, modules, _ = reference_env.import_reference(env, path)
     return jax, modules
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's ``malloc`` keep freed memory for reuse (``M_MMAP_THRESHOLD`` 32 MiB, its
+    maximum, and ``M_TRIM_THRESHOLD`` 1 GiB) instead of returning each freed ``P x P`` buffer to
+    the system and faulting fresh zeroed pages in for the next one. False where this is not
+    glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 1 << 30))
 
 
 def cells() -> list[tuple[str, str, str]]:
@@ -166,12 +185,15 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=12, help="updates before timing")
     parser.add_argument("--families", default=",".join(TRACTABLE),
                         help="comma-separated families to time (default: all five)")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="leave glibc's malloc thresholds as they are")
     args = parser.parse_args()
     if args.setup:
         setup(args.setup)
         return
     if not (args.env and args.reference):
         parser.error("give --env DIR and --reference DIR (or --setup DIR first)")
+    kept = False if args.default_malloc else keep_freed_memory()
     jax, modules = import_reference(args.env, args.reference)
     torch.set_num_threads(1)
     families = args.families.split(",")
@@ -184,8 +206,8 @@ def main() -> None:
         theta0 = jax.numpy.asarray(method.theta0.numpy())
         steps[cell] = (zoo_step, jax_cell(jax, modules, *cell, theta0, data, args.warm))
     print(f"torch {torch.__version__}, jax {jax.__version__}, one thread, float64, P = "
-          f"{len(method.theta0)}; {len(steps)} cells, {args.repeats} interleaved rounds; before: "
-          f"{load()}")
+          f"{len(method.theta0)}; {len(steps)} cells, {args.repeats} interleaved rounds; malloc "
+          f"{'keeps freed memory' if kept else 'defaults'}; before: {load()}")
     times = {cell: ([], []) for cell in steps}
     for pair in steps.values():  # compile and warm both sides
         for step in pair:
