@@ -9,6 +9,8 @@ PLUGIN_NAMES := $(subst _,-,$(notdir $(patsubst %/,%,$(PLUGIN_DIRS))))
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 OUT    ?= results/bench-$(shell date +%Y%m%d-%H%M%S)
 WORKERS ?= 2
+# `make test` runs the tests in this many processes (pytest-xdist): one a core, at most 4
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: venv test bench lint docs constraints clean wheels
 
@@ -34,7 +36,7 @@ wheels: $(STAMP)
 	done
 
 test: $(STAMP)
-	ZOO_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q
+	ZOO_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 bench: $(STAMP)
 	$(BIN)/zoo bench quick --workers $(WORKERS) --out $(OUT)

@@ -1,9 +1,4 @@
-import os
-
 import pytest
-import torch
-
-torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session")

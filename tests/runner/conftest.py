@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from filelock import FileLock
 
 from zoo.plugins import registry
 from zoo.runner.suite import Suite, suite_from_dict
@@ -26,6 +28,15 @@ TINY: dict[str, Any] = {
 def tiny_suite(**settings: Any) -> Suite:
     raw = {"suite": {**TINY["suite"], **settings}}
     return suite_from_dict("tiny", raw, "tests", registry=registry())
+
+
+@pytest.fixture
+def ray_alone(tmp_path_factory) -> Iterator[None]:
+    """One Ray on this machine at a time among the processes of a parallel run (``pytest -n``):
+    each Ray's nodes, agents and workers take ports and CPUs of their own. The lock file lies in
+    the folder the run's processes share (each has its own base folder inside it)."""
+    with FileLock(tmp_path_factory.getbasetemp().parent / "zoo-ray.lock"):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -141,7 +141,7 @@ def _has(environ: Path, marker: bytes) -> bool:
 
 
 @pytest.fixture
-def loopback_cluster() -> Iterator[LoopbackCluster]:
+def loopback_cluster(ray_alone) -> Iterator[LoopbackCluster]:
     pytest.importorskip("ray")
     # a short folder: Ray's Unix sockets live under it and a socket path is limited to 107 bytes
     folder = Path(tempfile.mkdtemp(prefix="zoo-ray-"))

@@ -104,7 +104,7 @@ def test_evaluation_resumes_after_the_last_recorded_episode(tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_executor_gives_the_same_results_as_local(tmp_path):
+def test_ray_executor_gives_the_same_results_as_local(tmp_path, ray_alone):
     local, ray_out = tmp_path / "local", tmp_path / "ray"
     suite = tiny_suite(shots=[1, 2])
     run_suite(suite, out=local, device="cpu", executor="local", workers=2, progress=False)
