@@ -363,27 +363,30 @@ class DiagNatural(Belief):
 
     def natural_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
                      ) -> DiagNatural:
-        p = prior or self
-        prec = _positive((1 - alpha) * self.prec + alpha * (p.prec - curv.diagonal()),
-                         self.family)
-        g_vi = curv.g + p.prec * (p.mu - self.mu)
+        own = self.prec
+        if prior is None or prior is self:  # the KL's terms vanish: (1 - a) prec + a prec = prec
+            base, g_vi = own, curv.g
+        else:
+            base = (1 - alpha) * own + alpha * prior.prec
+            g_vi = curv.g + prior.prec * (prior.mu - self.mu)
+        prec = _positive(base - alpha * curv.diagonal(), self.family)
         if self.mean_rule == "vd-ekf" and curv.root is not None:
-            base = _positive((1 - alpha) * self.prec + alpha * p.prec, self.family)
+            _positive(base, self.family)
             unprojected = LowRankPrecisionGaussian(self.mu, base, alpha ** 0.5 * curv.root)
             mu = self.mu + alpha * unprojected.solve_precision(g_vi[:, None])[:, 0]
         else:
             mu = self.mu + alpha * g_vi / prec
-        return DiagNatural.make(mu, prec, self.mean_rule)
+        return DiagNatural(DiagonalGaussian(mu, 1 / prec), self.mean_rule)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
                       ) -> DiagNatural:
-        var, g, d = self.gaussian.var, curv.g, curv.diagonal()
-        if prior is not None:
-            g, d = g + prior.prec * (prior.mu - self.mu), d - prior.prec + self.prec
-        prec = _positive(self.prec - 4 * alpha * var * self.mu * g - 2 * alpha * var ** 2 * d,
+        var, g, d, own = self.gaussian.var, curv.g, curv.diagonal(), self.prec
+        if prior is not None and prior is not self:  # the KL's gradient vanishes at the prior
+            g, d = g + prior.prec * (prior.mu - self.mu), d - prior.prec + own
+        prec = _positive(own - 4 * alpha * var * self.mu * g - 2 * alpha * var ** 2 * d,
                          self.family)
-        return DiagNatural.make((self.prec * self.mu + alpha * var * g) / prec, prec,
-                                self.mean_rule)
+        return DiagNatural(DiagonalGaussian((own * self.mu + alpha * var * g) / prec, 1 / prec),
+                           self.mean_rule)
 
 
 class DiagMoment(Belief):
@@ -399,7 +402,7 @@ class DiagMoment(Belief):
         return DiagMoment(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.var + q))
 
     def _vi(self, curv: Curvature, prior: DiagMoment | None) -> tuple[Tensor, Tensor]:
-        if prior is None:
+        if prior is None or prior is self:  # the KL's gradient vanishes at the prior
             return curv.g, curv.diagonal()
         return (curv.g + (prior.mu - self.mu) / prior.var,
                 curv.diagonal() - 1 / prior.var + 1 / self.var)
