@@ -6,7 +6,9 @@ data set that needs no download (``check_dataset``)."""
 
 import pytest
 import torch
+from zoo_protonet import ProtoNet
 
+from zoo import Prediction
 from zoo.data import TensorDataset
 from zoo.kernels import RBFKernel
 from zoo.plugins import registry
@@ -49,3 +51,37 @@ def test_overlapping_splits_are_caught():
     ds = TensorDataset("overlap", images, labels, list("abcd"), {"train": [0, 1], "test": [1, 2]})
     with pytest.raises(AssertionError, match="'b' is in splits 'train' and 'test'"):
         check_dataset(ds, way=2, shot=1, query=1)
+
+
+class GlobalNoise(ProtoNet):
+    """Adds noise drawn from the global RNG to its probabilities."""
+
+    name = "global-noise"
+
+    def predict(self, episode):
+        probs = super().predict(episode).probs
+        noisy = probs + 0.01 * torch.rand(probs.shape, dtype=probs.dtype)
+        return Prediction(noisy / noisy.sum(-1, keepdim=True))
+
+
+class Drifting(ProtoNet):
+    """Each call predicts a little differently from the last (state kept between calls)."""
+
+    name = "drifting"
+
+    def predict(self, episode):
+        self.calls = getattr(self, "calls", 0) + 1
+        probs = super().predict(episode).probs
+        drifted = probs + 0.01 * self.calls * torch.arange(probs.shape[-1], dtype=probs.dtype)
+        return Prediction(drifted / drifted.sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("cls", [GlobalNoise, Drifting])
+def test_a_method_whose_predictions_are_not_repeatable_is_caught(cls):
+    reg = registry()
+    reg.register("methods", cls.name, cls, owner="tests")
+    try:
+        with pytest.raises(AssertionError, match="predict depends on the global RNG state"):
+            check_method(cls.name, settings=((2, 1),))
+    finally:
+        reg.unregister("methods", cls.name)

@@ -196,7 +196,7 @@ def check_method(name: str, settings=SETTINGS, **hparams: Any) -> None:
         with torch.no_grad():
             torch.manual_seed(1)
             prediction = _prediction(method, episode, at)
-            first = _predict(method, episode, at)
+            first = prediction.probs
             torch.manual_seed(2)
             again = _predict(method, episode, at)
         q = episode.query_y.numel()
