@@ -1,7 +1,8 @@
 """Paired differences of the uncertainty scores of a results folder's rows, on the episodes both
 were scored on: accuracy, E-AURC and the unknown-class AUROC of each detection score, each row
-against one row (``--against``), and, for every row that declares its own uncertainty, that
-score's AUROC minus the entropy's. ``zoo report`` pairs the headline (accuracy) only.
+against one row (``--against``; a row's own uncertainty against that row's entropy), and, for
+every row that declares its own uncertainty, that score's AUROC minus its entropy's. ``zoo
+report`` pairs the headline (accuracy) only.
 
 Each difference is taken per episode; with two seeds or more, the mean over seeds of each seed's
 mean difference and its 95% CI over the seeds (the report's clustered estimate,
@@ -76,12 +77,14 @@ def tables(folder: str, against: str, rows: Sequence[str] = ()) -> str:
                     if (m, s) in report.entries and (not rows or m in rows or m == against)}
         base = episodes[against]
         out += [f"{report.label(s)}: row minus {against} (points of %)", "",
-                "| row | " + " | ".join(METRICS) + " | episodes | seeds |",
+                "| row | " + " | ".join(METRICS) + f" (against {against}'s entropy) | episodes "
+                "| seeds |",
                 "|---|" + "---|" * (len(METRICS) + 2)]
         for m, eps in episodes.items():
             if m == against:
                 continue
-            found = [difference(eps, base, f, f) for f in METRICS.values()]
+            found = [difference(eps, base, f, METRICS["AUROC entropy"] if k == "AUROC own" else f)
+                     for k, f in METRICS.items()]
             some = next((r for r in found if r is not None), None)
             if some is None:
                 continue
