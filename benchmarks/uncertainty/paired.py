@@ -1,8 +1,8 @@
 """Paired differences of the uncertainty scores of a results folder's rows, on the episodes both
 were scored on: accuracy, E-AURC and the unknown-class AUROC of each detection score, each row
 against one row (``--against``; a row's own uncertainty against that row's entropy), and, for
-every row that declares its own uncertainty, that score's AUROC minus its entropy's. ``zoo
-report`` pairs the headline (accuracy) only.
+every row that declares its own uncertainty, that score's AUROC minus its entropy's; then each
+ensemble's row against its method's. ``zoo report`` pairs the headline (accuracy) only.
 
 Each difference is taken per episode; with two seeds or more, the mean over seeds of each seed's
 mean difference and its 95% CI over the seeds (the report's clustered estimate,
@@ -90,6 +90,18 @@ def tables(folder: str, against: str, rows: Sequence[str] = ()) -> str:
                 continue
             out.append(f"| {m} | " + " | ".join(map(cell, found))
                        + f" | {some[2]} | {some[3]} |")
+        out += ["", f"{report.label(s)}: each ensemble minus its method's row (points of %)", "",
+                "| ensemble | " + " | ".join(list(METRICS)[:-1]) + " | episodes | seeds |",
+                "|---|" + "---|" * (len(METRICS) + 1)]
+        for m, eps in episodes.items():
+            single = m.split(" ensemble of seeds ")[0]
+            if single == m or single not in episodes:
+                continue
+            found = [difference(eps, episodes[single], f, f) for f in list(METRICS.values())[:-1]]
+            some = next((r for r in found if r is not None), None)
+            if some is not None:
+                out.append(f"| {m} | " + " | ".join(map(cell, found))
+                           + f" | {some[2]} | {some[3]} |")
         out += ["", f"{report.label(s)}: AUROC of the row's own uncertainty minus its entropy's "
                 "(points of %)", "", "| row | own - entropy | episodes | seeds |", "|---|---|---|---|"]
         for m, eps in episodes.items():
