@@ -59,3 +59,10 @@ def test_paired_difference_is_the_mean_over_seeds_of_each_seeds_mean_difference(
                                                      for k in a if k[0] == s])
                                             for s in (0, 1, 2)]), rel=1e-12)
     assert script.difference(a, a, script.METRICS["AUROC max-prob"], ent) is None  # not recorded
+
+
+def test_variant_of_a_row():
+    variant = load().variant
+    assert variant("protonet") == "" and variant("protonet ensemble of seeds 0,1,2") == ""
+    assert variant("protonet unknown=digits") == "unknown=digits"
+    assert variant("protonet unknown=digits ensemble of seeds 0,1,2") == "unknown=digits"

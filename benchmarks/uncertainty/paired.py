@@ -9,7 +9,8 @@ mean difference and its 95% CI over the seeds (the report's clustered estimate,
 :func:`zoo.metrics.seed_paired_difference`), else the mean and CI over the episodes. In points of
 %; ``*`` where the CI excludes 0::
 
-    python benchmarks/uncertainty/paired.py DIR --against "protonet ensemble of seeds 0,1,2"
+    python benchmarks/uncertainty/paired.py DIR --against "protonet ensemble of seeds 0,1,2" \
+        [--variant LABEL] [--rows A,B,...]
 """
 
 from __future__ import annotations
@@ -65,7 +66,13 @@ def cell(result: tuple[float, float, int, int] | None) -> str:
     return f"{100 * diff:+.1f} +- {100 * ci:.1f}{' *' if abs(diff) > ci else ''}"
 
 
-def tables(folder: str, against: str, rows: Sequence[str] = ()) -> str:
+def variant(row: str) -> str:
+    """The variant label of a report row ``METHOD [VARIANT] [ensemble of seeds ...]``."""
+    rest = row.partition(" ")[2]
+    return rest.partition("ensemble of seeds ")[0].strip() if rest else ""
+
+
+def tables(folder: str, against: str, rows: Sequence[str] = (), label: str | None = None) -> str:
     report = load_report(folder)
     if against not in report.methods:
         raise SystemExit(f"no row {against!r} in {folder}; rows: {', '.join(report.methods)}")
@@ -74,7 +81,8 @@ def tables(folder: str, against: str, rows: Sequence[str] = ()) -> str:
         if (against, s) not in report.entries:
             continue
         episodes = {m: report.entries[(m, s)].episodes for m in report.methods
-                    if (m, s) in report.entries and (not rows or m in rows or m == against)}
+                    if (m, s) in report.entries and (not rows or m in rows or m == against)
+                    and (label is None or variant(m) == label)}
         base = episodes[against]
         out += [f"{report.label(s)}: row minus {against} (points of %)", "",
                 "| row | " + " | ".join(METRICS) + f" (against {against}'s entropy) | episodes "
@@ -117,8 +125,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("dir", help="a results folder")
     parser.add_argument("--against", required=True, help="the row every other is paired with")
     parser.add_argument("--rows", default="", help="comma-separated rows (default: all)")
+    parser.add_argument("--variant", default=None,
+                        help="only the rows of this variant label ('' for the unlabelled ones)")
     args = parser.parse_args(argv)
-    print(tables(args.dir, args.against, [r for r in args.rows.split(",") if r]))
+    print(tables(args.dir, args.against, [r for r in args.rows.split(",") if r], args.variant))
 
 
 if __name__ == "__main__":
