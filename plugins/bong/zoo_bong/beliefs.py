@@ -56,7 +56,7 @@ def _cholesky(matrix: Tensor, family: str) -> Tensor:
 
 
 def _positive(values: Tensor, family: str) -> Tensor:
-    lo, hi = torch.aminmax(values)  # one pass; a NaN fails the first comparison
+    lo, hi = torch.aminmax(values.detach())  # one pass; a NaN fails the first comparison
     if not (float(lo) > 0 and float(hi) < math.inf):
         _refuse(family, "positive variances")
     return values

@@ -73,7 +73,7 @@ def _checked(estimate: Callable[[Belief], Curvature], rule: str
 
 
 def _all_finite(x: Tensor) -> bool:
-    lo, hi = torch.aminmax(x)  # one pass; NaN propagates to both
+    lo, hi = torch.aminmax(x.detach())  # one pass; NaN propagates to both
     return math.isfinite(float(lo)) and math.isfinite(float(hi))
 
 
