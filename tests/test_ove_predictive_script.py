@@ -4,24 +4,18 @@ per-class parameters); a way beyond the validation split's classes is refused by
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from zoo.cli import main as zoo_main
 
-pytestmark = pytest.mark.slow  # trains a two-episode OVE model first
+from .conftest import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/gp_baselines/ove_predictive.py"
+pytestmark = pytest.mark.slow  # trains a two-episode OVE model first
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("ove_predictive", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gp_baselines/ove_predictive.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,22 +3,16 @@ NLL-fitted one of the queries it names, and its ECE is that of the tempered prob
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from zoo.metrics import calibrated_confidence, ece_mce, fit_temperature
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/gp_calibration/temperature_protocols.py"
+from .conftest import load_benchmark
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("temperature_protocols", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gp_calibration/temperature_protocols.py")
 
 
 def flat_predictions(g, n, classes=5):

@@ -3,22 +3,16 @@ and its paired differences are the means over seeds of each seed's mean differen
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from zoo.tasks.classification import selective
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/uncertainty/paired.py"
+from .conftest import load_benchmark
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("uncertainty_paired", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("uncertainty/paired.py")
 
 
 def records(rng, seeds=(0, 1, 2), episodes=4, queries=6):

@@ -425,13 +425,9 @@ def test_the_ones_field_bound_of_the_diagnostic_script():
     """``benchmarks/control_variates/ones_field.py`` splits ``Var f`` into ``Var E[f | y]`` (what
     ``u 1_d`` cannot remove) and the rest: in 2-d, ``z_1 - z_2`` is all across ``1_d`` (2 of 2),
     ``z_1`` half (1/2 of 1) and ``z_1 + z_2`` all along it (0 of 2)."""
-    import importlib.util
-    from pathlib import Path
+    from ..conftest import load_benchmark
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks/control_variates/ones_field.py"
-    spec = importlib.util.spec_from_file_location("ones_field", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_benchmark("control_variates/ones_field.py")
     between, total = script.line_moments(
         lambda z: torch.stack([z[:, 0] - z[:, 1], z[:, 0], z.sum(-1)], -1), 2, 20_000, 20, 0)
     assert between == pytest.approx(2.5, rel=0.05)
