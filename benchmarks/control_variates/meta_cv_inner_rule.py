@@ -10,16 +10,19 @@ cv-paper suite's, seed 0) in one batched call. The meta-batch's 5 integrands are
 loss here (the runner calls them one by one; the same mean to rounding). Printed: mean absolute
 error with its 95% CI, the variance-reduction factor against Monte Carlo on all ``N_t`` samples of
 the same integrands, the paired difference of absolute errors (adam - sgd) with its CI, and the
-seconds of each meta-training.
+seconds of each meta-training. ``--inner-steps L ...``: the L study (Fig. 5.3), each ``L`` with
+the thesis's inner step ``0.01 / (50 L)`` (the cv-paper suite's ``meta-cv L=...`` cells) instead of
+the defaults' one step of 0.01.
 
     python benchmarks/control_variates/meta_cv_inner_rule.py --dims 2 --samples 10 20 40 100
     python benchmarks/control_variates/meta_cv_inner_rule.py --dims 1 3 4 5 6 --samples 10
+    python benchmarks/control_variates/meta_cv_inner_rule.py --samples 10 --rules adam \
+        --inner-steps 1 3 5 7 10
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import numpy as np
@@ -38,9 +41,16 @@ def stacked(episodes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         [e.problem.fx.double() for e in episodes])
 
 
-def train_and_test(dim: int, n: int, rule: str, outer_steps: int, tests: list) -> tuple:
+def inner_step(steps: int) -> float:
+    """The L study's inner step size ``0.01 / (50 L)`` (thesis §5.4.1)."""
+    return 0.01 / (50 * steps)
+
+
+def train_and_test(dim: int, n: int, rule: str, outer_steps: int, tests: list,
+                   steps: int | None = None) -> tuple:
     family = load_dataset("genz-oscillatory", dim=dim)
-    method = MetaControlVariate(dim=dim, inner_rule=rule)
+    inner = {} if steps is None else {"steps": steps, "inner_lr": inner_step(steps)}
+    method = MetaControlVariate(dim=dim, inner_rule=rule, **inner)
     method.meta.boundary = True
     h = method.hparams
     opt = torch.optim.Adam(method.parameters(), lr=h["lr"])
@@ -64,7 +74,11 @@ def main() -> None:
     p.add_argument("--outer-steps", type=int, default=4000)
     p.add_argument("--test", type=int, default=1000)
     p.add_argument("--rules", nargs="+", default=list(INNER_RULES), choices=INNER_RULES)
+    p.add_argument("--inner-steps", type=int, nargs="+", default=None,
+                   help="the L study: these numbers of inner steps, each at 0.01 / (50 L)")
     args = p.parse_args()
+    if args.inner_steps is not None and min(args.inner_steps) < 1:
+        p.error(f"--inner-steps must be positive, got {args.inner_steps}")
     torch.set_num_threads(1)
     for dim in args.dims:
         family = load_dataset("genz-oscillatory", dim=dim)
@@ -74,18 +88,20 @@ def main() -> None:
             mc = np.abs(np.array([float(e.problem.fx.double().mean()) for e in tests]) - truth)
             m, ci = mean_ci(mc)
             print(f"d={dim} N_t={n:4d} mc            |error| {m:.4f} +- {ci:.4f}", flush=True)
-            errors = {}
-            for rule in args.rules:
-                est, seconds = train_and_test(dim, n, rule, args.outer_steps, tests)
-                errors[rule] = np.abs(est - truth)
-                m, ci = mean_ci(errors[rule])
-                vrf = float(np.sum(mc**2) / np.sum(errors[rule] ** 2))
-                print(f"d={dim} N_t={n:4d} meta-cv {rule:5s} |error| {m:.4f} +- {ci:.4f}  VRF "
-                      f"{vrf:.3g}  meta-training {seconds:.0f} s", flush=True)
-            if len(errors) == 2:
-                d, ci = paired_difference(errors["adam"], errors["sgd"])
-                print(f"d={dim} N_t={n:4d} |error| adam - sgd: {d:+.4f} +- {ci:.4f}"
-                      + ("" if math.isnan(ci) else ""), flush=True)
+            for steps in args.inner_steps or [None]:
+                label = "" if steps is None else f" L={steps:<2d}"
+                errors = {}
+                for rule in args.rules:
+                    est, seconds = train_and_test(dim, n, rule, args.outer_steps, tests, steps)
+                    errors[rule] = np.abs(est - truth)
+                    m, ci = mean_ci(errors[rule])
+                    vrf = float(np.sum(mc**2) / np.sum(errors[rule] ** 2))
+                    print(f"d={dim} N_t={n:4d} meta-cv {rule:5s}{label} |error| {m:.4f} +- "
+                          f"{ci:.4f}  VRF {vrf:.3g}  meta-training {seconds:.0f} s", flush=True)
+                if len(errors) == 2:
+                    d, ci = paired_difference(errors["adam"], errors["sgd"])
+                    print(f"d={dim} N_t={n:4d}{label} |error| adam - sgd: {d:+.4f} +- {ci:.4f}",
+                          flush=True)
 
 
 if __name__ == "__main__":
