@@ -456,6 +456,49 @@ def test_control_functional_nugget_maximises_the_stein_marginal_likelihood_joint
         linear.select_stein_kernel([(z, -z, y)], nugget=(1e-3, 0.0))
 
 
+@pytest.mark.parametrize("mode, boundary", [("intercept", False), ("split", False),
+                                            ("split", True)])
+def test_batched_control_functionals_equal_the_search_one_task_at_a_time(mode, boundary):
+    """Every task of the batched search gets the estimate of its own (lengthscale, nugget) search,
+    written here one candidate and one task at a time by the summed selection on that task alone:
+    the same choice (tasks whose best candidates differ are in the batch) and the same fit."""
+    g = torch.Generator().manual_seed(8)
+    T, n, d = 6, 14, 2
+    if boundary:
+        x = torch.rand(T, n, d, generator=g, dtype=D)
+        score = torch.zeros_like(x)
+    else:
+        x = 0.5 + 2 * torch.randn(T, n, d, generator=g, dtype=D)
+        score = -(x - 0.5) / 4
+    smooth = torch.linspace(0.3, 3, T, dtype=D)[:, None]
+    noise = torch.linspace(0, 0.5, T, dtype=D)[:, None] * torch.randn(T, n, generator=g, dtype=D)
+    fx = (torch.cos(smooth * x.sum(-1)) + noise)[..., None]
+    batched = linear.control_functionals(x, score, fx, mode=mode, boundary=boundary)
+    m = n if mode == "intercept" else n // 2
+    picks = set()
+    for t in range(T):
+        if boundary:
+            z, s = x[t], score[t]
+        else:
+            centre, scale = linear.standardiser(x[t, :m])
+            z, s = (x[t] - centre) / scale, score[t] * scale
+        chosen = linear.select_stein_kernel([(z[:m], s[:m], fx[t, :m])], boundary=boundary,
+                                            nugget=linear.NUGGETS)
+        base = chosen.kernel.inner if boundary else chosen.kernel
+        picks.add((float(base.lengthscale.detach()), chosen.nugget))
+        beta, alpha, _ = chosen.fits[0]
+        if mode == "intercept":
+            value = beta
+        else:
+            cross = stein_kernel(chosen.kernel, z[m:], z[:m], s[m:], s[:m]).detach()
+            value = (fx[t, m:] - cross @ alpha).mean(0)
+        assert float(batched.value[t, 0]) == pytest.approx(float(value[0]), rel=1e-10, abs=1e-12)
+        single = linear.control_functional(x[t], score[t], fx[t], mode=mode, boundary=boundary)
+        assert float(single.value[0]) == pytest.approx(float(batched.value[t, 0]), abs=1e-12)
+        assert float(single.stderr[0]) == pytest.approx(float(batched.stderr[t, 0]), rel=1e-9)
+    assert len(picks) > 1  # the tasks chose differently
+
+
 def test_control_functional_method_chooses_its_nugget_unless_given():
     from zoo.control_variates.methods import ControlFunctional
     from zoo.tasks.integration import IntegrationProblem

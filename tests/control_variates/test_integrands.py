@@ -104,14 +104,14 @@ def test_closed_form_cvs_beat_monte_carlo_on_the_south_pair():
         assert TASK.summarise(rows)["vrf"] > 2, name
 
 
-@pytest.mark.parametrize("name", ["neural-cv", "meta-cv"])
+@pytest.mark.parametrize("name", ["neural-cv", "meta-cv", "control-functional"])
 @pytest.mark.parametrize("load", [load_south, lambda: load_genz_oscillatory(dim=2)])
 def test_batched_estimates_equal_each_problem_alone(name, load):
     """The runner's batched path (one fit over the cell's problems, each from its own seed)
     gives every problem the estimate it gets alone, to rounding."""
     family = load()
     cls = next(m for m in METHODS if m.name == name)
-    method = cls(dim=family.dim, **FAST[name])
+    method = cls(dim=family.dim, **FAST.get(name, {}))
     problems = [sample_integrand(family, "test", 0, 12, i).problem for i in range(5)]
     together = method.estimate_batch(problems)
     for problem, batched in zip(problems, together):

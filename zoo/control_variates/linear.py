@@ -121,13 +121,20 @@ def gls_fit(K0: Tensor, y: Tensor, jitter: Tensor | float) -> tuple[Tensor, Tens
     """``f ~ beta 1 + GP(0, sigma^2 K0)`` with ``K0 + jitter I``: the intercept ``beta [..., K]``
     (GLS), the weights ``alpha = K^-1 (y - beta) [..., m, K]`` and the log marginal likelihood
     ``[...]`` with ``beta`` and ``sigma^2`` profiled out."""
+    beta, alpha, lml, ok = _gls(K0, y, jitter)
+    if not bool(ok.all()):
+        raise torch.linalg.LinAlgError("the Stein Gram matrix is not positive definite; raise "
+                                       "the nugget")
+    return beta, alpha, lml
+
+
+def _gls(K0: Tensor, y: Tensor, jitter: Tensor | float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`gls_fit` without the check: also ``ok [...]``, where the Cholesky factor exists
+    (elsewhere the fit is meaningless)."""
     m = K0.shape[-1]
     eye = torch.eye(m, dtype=K0.dtype, device=K0.device)
     jitter = torch.as_tensor(jitter, dtype=K0.dtype, device=K0.device)
     L, info = torch.linalg.cholesky_ex(K0 + jitter[..., None, None] * eye)
-    if bool((info > 0).any()):
-        raise torch.linalg.LinAlgError("the Stein Gram matrix is not positive definite; raise "
-                                       "the nugget")
     ones = torch.ones(K0.shape[:-1] + (1,), dtype=K0.dtype, device=K0.device)
     a = torch.cholesky_solve(ones, L)
     b = torch.cholesky_solve(y, L)
@@ -135,7 +142,7 @@ def gls_fit(K0: Tensor, y: Tensor, jitter: Tensor | float) -> tuple[Tensor, Tens
     alpha = b - a * beta[..., None, :]
     sigma2 = ((y - beta[..., None, :]) * alpha).sum(-2).clamp_min(1e-300) / m
     logdet = 2 * torch.diagonal(L, dim1=-2, dim2=-1).log().sum(-1)
-    return beta, alpha, -0.5 * m * sigma2.log().sum(-1) - 0.5 * y.shape[-1] * logdet
+    return beta, alpha, -0.5 * m * sigma2.log().sum(-1) - 0.5 * y.shape[-1] * logdet, info == 0
 
 
 def standardiser(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -148,6 +155,21 @@ def standardiser(x: Tensor) -> tuple[Tensor, Tensor]:
 LENGTHSCALES = tuple(2.0**k for k in (-2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3))
 """The grid of lengthscales (in standardised units, times ``sqrt d``) searched by the Stein marginal
 likelihood."""
+
+
+def _candidates(d: int, lengthscale: float | None,
+                nugget: float | Sequence[float]) -> tuple[list[float], list[float]]:
+    """The lengthscales and relative nuggets the Stein marginal likelihood chooses from."""
+    grid = [lengthscale] if lengthscale is not None else [math.sqrt(d) * v for v in LENGTHSCALES]
+    nuggets = [float(nugget)] if isinstance(nugget, (int, float)) else [float(v) for v in nugget]
+    if not nuggets or min(nuggets) <= 0:
+        raise ValueError(f"control functional nuggets must be positive, got {nugget!r}")
+    return grid, nuggets
+
+
+def _rbf(d: int, ell: float, dtype: torch.dtype, boundary: bool) -> Kernel:
+    kernel: Kernel = RBFKernel(d, lengthscale=ell, learn_outputscale=False).to(dtype)
+    return BoundaryKernel(kernel) if boundary else kernel
 
 
 @dataclass
@@ -172,16 +194,10 @@ def select_stein_kernel(blocks: Sequence[tuple[Tensor, Tensor, Tensor]], *,
     ``lengthscale`` when it is given, and over the relative nuggets ``nugget`` when it is a
     sequence (jointly with the lengthscale). The one lengthscale search of the control functional,
     the vv-CV integration method and the classifiers' ``vv-cv`` estimator."""
-    d = blocks[0][0].shape[-1]
-    grid = [lengthscale] if lengthscale is not None else [math.sqrt(d) * v for v in LENGTHSCALES]
-    nuggets = [float(nugget)] if isinstance(nugget, (int, float)) else [float(v) for v in nugget]
-    if not nuggets or min(nuggets) <= 0:
-        raise ValueError(f"control functional nuggets must be positive, got {nugget!r}")
+    grid, nuggets = _candidates(blocks[0][0].shape[-1], lengthscale, nugget)
     best = None
     for ell in grid:
-        kernel: Kernel = RBFKernel(d, lengthscale=ell, learn_outputscale=False).to(
-            blocks[0][0].dtype)
-        kernel = BoundaryKernel(kernel) if boundary else kernel
+        kernel = _rbf(blocks[0][0].shape[-1], ell, blocks[0][0].dtype, boundary)
         grams = [stein_kernel(kernel, z, z, s, s).detach() for z, s, _ in blocks]
         for lam in nuggets:
             try:
@@ -208,19 +224,52 @@ def control_functional(x: Tensor, score: Tensor, fx: Tensor, *, mode: str = "int
     ``nugget``: a relative nugget, or a grid the marginal likelihood chooses from (default
     :data:`NUGGETS`). ``standardise``: work in standardised coordinates (off for inputs already
     standard)."""
-    m = fit_size(x.shape[-2], check_mode(mode))
+    e = control_functionals(x[None], score[None], fx[None], mode=mode, lengthscale=lengthscale,
+                            boundary=boundary, standardise=standardise, nugget=nugget)
+    return CVEstimate(e.value[0], e.stderr[0])
+
+
+def control_functionals(x: Tensor, score: Tensor, fx: Tensor, *, mode: str = "intercept",
+                        lengthscale: float | None = None, boundary: bool = False,
+                        standardise: bool = True,
+                        nugget: float | Sequence[float] = NUGGETS) -> CVEstimate:
+    """:func:`control_functional` for ``T`` tasks at once (``x [T, N, d]``, ``fx [T, N, K]``;
+    estimates ``[T, K]``), each with its own lengthscale and nugget of highest Stein marginal
+    likelihood: every candidate's Stein Gram matrices in one batched Cholesky over tasks and
+    nuggets, the likelihood from the same factor, the first best candidate of the grid (the
+    lengthscale outer, the nugget inner) kept per task."""
+    T, n, d = x.shape
+    m = fit_size(n, check_mode(mode))
     if boundary or not standardise:
-        centre, scale = torch.zeros_like(x[:1]), torch.ones_like(x[:1])
+        z, s = x, score
     else:
-        centre, scale = standardiser(x[:m])
-    z, s = (x - centre) / scale, score * scale
-    chosen = select_stein_kernel([(z[:m], s[:m], fx[:m])], boundary=boundary,
-                                 lengthscale=lengthscale, nugget=nugget)
-    (beta, alpha, _), K0 = chosen.fits[0], chosen.grams[0]
-    if mode == "intercept":
-        return from_intercept(beta, fx - beta - K0 @ alpha, 0)
-    cross = stein_kernel(chosen.kernel, z[m:], z[:m], s[m:], s[:m]).detach()
-    return from_residuals(fx[m:] - cross @ alpha)
+        centre, scale = standardiser(x[:, :m])
+        z, s = (x - centre) / scale, score * scale
+    grid, nuggets = _candidates(d, lengthscale, nugget)
+    lam = torch.tensor(nuggets, dtype=x.dtype, device=x.device)[:, None]  # [nuggets, 1]
+    best = torch.full((T,), -math.inf, dtype=x.dtype, device=x.device)
+    value = stderr = fx.new_full((T, fx.shape[-1]), math.nan)
+    y = fx[:, :m]
+    for ell in grid:
+        kernel = _rbf(d, ell, x.dtype, boundary)
+        K0 = stein_kernel(kernel, z, z[:, :m], s, s[:, :m]).detach()  # [T, N, m]
+        gram = K0[:, :m]
+        jitter = lam * gram.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(1e-300)
+        beta, alpha, lml, ok = _gls(gram, y, jitter)  # over [nuggets, T]
+        if mode == "intercept":
+            e = from_intercept(beta, fx - beta[..., None, :] - K0 @ alpha, 0)
+        else:
+            e = from_residuals(fx[:, m:] - K0[:, m:] @ alpha)
+        lml = torch.where(ok & ~lml.isnan(), lml, -math.inf)
+        for j in range(len(nuggets)):
+            better = lml[j] > best
+            best = torch.where(better, lml[j], best)
+            value = torch.where(better[:, None], e.value[j], value)
+            stderr = torch.where(better[:, None], e.stderr[j], stderr)
+    if bool(torch.isinf(best).any()):
+        raise torch.linalg.LinAlgError("no lengthscale gave positive-definite Stein Gram matrices; "
+                                       "set the lengthscale or raise the regulariser")
+    return CVEstimate(value, stderr)
 
 
 def kernel_weights(K0: Tensor, cross_mean: Tensor | None = None, *,

@@ -110,12 +110,29 @@ class ControlFunctional(IntegrationMethod):
                              f"{linear.NUGGETS} (1e-8: the thesis's near-interpolation)"),
     }
 
+    batched = True
+
     def estimate(self, problem: IntegrationProblem) -> IntegralEstimate:
-        nugget = self.hparams["nugget"]
-        return _result(linear.control_functional(
-            problem.x.double(), problem.score.double(), problem.fx.double()[:, None],
-            mode=self.hparams["estimate"], boundary=_boundary(problem),
-            nugget=linear.NUGGETS if nugget is None else nugget))
+        return self.estimate_batch([problem])[0]
+
+    def estimate_batch(self, problems: Sequence[IntegrationProblem]) -> list[IntegralEstimate]:
+        """Each problem's own control functional (its own lengthscale and nugget), the search
+        batched over :data:`CHUNK` problems at a time; each estimate equals its fit alone."""
+        h = self.hparams
+        nugget = linear.NUGGETS if h["nugget"] is None else h["nugget"]
+        x, score, fx = _stacked(problems, h["estimate"])  # standardised by the fitting samples
+        out: list[IntegralEstimate] = []
+        for i in range(0, len(problems), CHUNK):
+            e = linear.control_functionals(
+                x[i:i + CHUNK], score[i:i + CHUNK], fx[i:i + CHUNK, :, None], mode=h["estimate"],
+                boundary=_boundary(problems[0]), standardise=False, nugget=nugget)
+            out += [IntegralEstimate(float(v[0]), float(se[0])) for v, se in zip(e.value, e.stderr)]
+        return out
+
+
+CHUNK = 128
+"""Problems whose control functionals are searched at once (the candidates' factors bound the
+memory: nuggets x CHUNK x m^2)."""
 
 
 class NeuralCV(IntegrationMethod):
