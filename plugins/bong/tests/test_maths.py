@@ -470,6 +470,42 @@ def test_a_non_finite_gradient_is_a_belief_error_not_a_linear_algebra_crash():
         update(q, lambda belief: nan, "bong", 1.0)
 
 
+@pytest.mark.parametrize("likelihood", ["categorical", "gaussian"])
+@pytest.mark.parametrize("kind", ["lin-hess", "lin-ef", "mc-ef", "mc-hess"])
+@pytest.mark.parametrize("network", ["mlp", "cnn"])
+def test_a_batched_models_curvature_is_the_per_parameter_vectors(kind, likelihood, network):
+    # a model that also maps [K, P] (the zoo's networks) takes one batched forward for the
+    # LIN-HESS copies of the mean and the MC draws; the numbers are those of vmap over one vector
+    from zoo_bong.likelihoods import Gaussian
+    from zoo_bong.networks import build_network, flat_function
+
+    torch.manual_seed(3)
+    outputs = 1 if likelihood == "gaussian" else 3
+    dim = 16 if network == "cnn" else 5
+    theta, f = flat_function(build_network(network, dim, outputs, hidden=6))
+    lik = Gaussian(torch.full((1, 1), 0.5, dtype=torch.float64)) if outputs == 1 else Categorical()
+    x = torch.rand(dim, dtype=torch.float64)
+    y = torch.tensor([0.3], dtype=torch.float64) if outputs == 1 else torch.tensor(2)
+
+    def model(t, x):
+        return f(t, x[None])[..., 0, :]
+
+    draws = theta + 0.3 * torch.randn(4, len(theta), dtype=torch.float64)
+    results = []
+    for batched in (False, True):
+        if kind.startswith("mc"):
+            gen = torch.Generator().manual_seed(0)
+            curv = monte_carlo(model, lik, draws, x, y, kind == "mc-hess", gen, batched=batched)
+        else:
+            curv = linearised(model, lik, theta, x, y, kind == "lin-hess", batched=batched)
+        results.append(curv)
+    plain, batched = results
+    torch.testing.assert_close(batched.g, plain.g, rtol=0, atol=1e-14)
+    torch.testing.assert_close(batched.diagonal(), plain.diagonal(), rtol=0, atol=1e-14)
+    if kind != "mc-hess":
+        torch.testing.assert_close(batched.root, plain.root, rtol=0, atol=1e-14)
+
+
 @pytest.mark.parametrize("kind", ["lin-hess", "lin-ef", "mc-ef"])
 def test_the_autograd_and_the_differentiable_curvature_routes_agree(kind):
     # a constant input takes plain autograd; an input that requires a gradient (a meta-learned

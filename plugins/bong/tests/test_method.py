@@ -149,3 +149,5 @@ def test_the_direct_forward_of_linear_stacks_is_the_modules(name):
 
     assert torch.equal(f(theta, x), module_f(theta))
     assert torch.equal(vmap(lambda t: f(t, x))(thetas), vmap(module_f)(thetas))
+    # a batch of parameter vectors: batched products on [K, ...] views of the rows
+    torch.testing.assert_close(f(thetas, x), vmap(module_f)(thetas), rtol=0, atol=1e-15)

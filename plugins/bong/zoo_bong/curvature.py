@@ -53,18 +53,21 @@ class Curvature:
 
 
 def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y: Tensor,
-               hessian: bool) -> Curvature:
+               hessian: bool, batched: bool = False) -> Curvature:
     """LIN-HESS (``hessian=True``) or LIN-EF, linearising the network at ``mean``.
 
     LIN-HESS needs ``g = F^T s`` and ``root = F^T A`` (``F [C, P]`` the Jacobian), LIN-EF ``g``
     alone: ``C + 1`` pullbacks (one for LIN-EF) of one forward pass. Where no caller
     differentiates through the curvature (neither ``mean`` nor ``x`` requires a gradient, or
-    gradients are off), they are plain autograd pullbacks, batched in one backward call; otherwise
+    gradients are off), they are plain autograd pullbacks: for LIN-HESS, where the model also
+    maps a batch of parameter vectors (``batched``: ``model(thetas [K, P], x) -> [K, C]``), one
+    backward pass of one batched forward at ``C + 1`` copies of the mean, each copy pulled back
+    by its own cotangent, else one backward call batched over the cotangents; otherwise
     ``torch.func`` (``jacrev``, ``vjp``), whose results stay differentiable (a meta-learned head).
-    Both routes give the same numbers.
+    All routes give the same numbers (to rounding).
     """
     if not (torch.is_grad_enabled() and (mean.requires_grad or x.requires_grad)):
-        return _pullbacks(model, likelihood, mean, x, y, hessian)
+        return _pullbacks(model, likelihood, mean, x, y, hessian, batched)
     if hessian:
         f = model(mean, x)
         jac = jacrev(model)(mean, x)  # [C, P]
@@ -75,11 +78,20 @@ def linearised(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y:
 
 
 def _pullbacks(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y: Tensor,
-               hessian: bool) -> Curvature:
+               hessian: bool, batched: bool) -> Curvature:
     """:func:`linearised` by autograd, for constant ``mean`` and ``x``; the LIN-HESS root is the
     transpose of the row-major ``[C, P]`` pullbacks (BLAS reads its columns contiguously)."""
+    mean = mean.detach()
+    if hessian and batched:
+        with torch.no_grad():
+            out = model(mean, x)
+        cotangents = torch.cat([likelihood.score(out, y)[None], likelihood.fisher_root(out).mT])
+        with torch.enable_grad():
+            thetas = mean.expand(len(cotangents), -1).requires_grad_()  # [1 + C, P], no copy
+            (rows,) = torch.autograd.grad(model(thetas, x), thetas, cotangents)
+        return Curvature(rows[0], root=rows[1:].mT)
     with torch.enable_grad():
-        theta = mean.detach().requires_grad_()
+        theta = mean.requires_grad_()
         f = model(theta, x)
     out = f.detach()
     score = likelihood.score(out, y)
@@ -92,12 +104,13 @@ def _pullbacks(model: Model, likelihood: Likelihood, mean: Tensor, x: Tensor, y:
 
 
 def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, y: Tensor,
-                hessian: bool, generator: torch.Generator) -> Curvature:
+                hessian: bool, generator: torch.Generator, batched: bool = False) -> Curvature:
     """MC-HESS (``hessian=True``, Hutchinson diagonal) or MC-EF from ``draws [M, P]`` of ``q``.
 
     The per-draw gradients are one backward pass of the summed log-likelihoods (each draw's term
     depends on its own row only), by autograd where no caller differentiates through the
-    curvature, else by ``torch.func`` (``vmap`` of ``grad``, differentiable)."""
+    curvature (the draws' forward one call of a ``batched`` model, see :func:`linearised`, else
+    ``vmap`` of it), else by ``torch.func`` (``vmap`` of ``grad``, differentiable)."""
 
     def log_lik(theta: Tensor) -> Tensor:
         return likelihood.log_prob(model(theta, x), y)
@@ -107,7 +120,9 @@ def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, 
     else:  # one batched forward, one backward: the same gradients, faster
         with torch.enable_grad():
             thetas = draws.detach().requires_grad_()
-            (grads,) = torch.autograd.grad(vmap(log_lik)(thetas).sum(), thetas)
+            log_liks = (likelihood.log_prob(model(thetas, x), y) if batched
+                        else vmap(log_lik)(thetas))
+            (grads,) = torch.autograd.grad(log_liks.sum(), thetas)
     g = grads.mean(0)
     if not hessian:
         return Curvature(g, root=grads.T / draws.shape[0] ** 0.5)

@@ -99,8 +99,9 @@ class Bong(StreamMethod):
                            if classes == 0 else Categorical())
 
     def f_one(self, theta: Tensor, x: Tensor) -> Tensor:
-        """Logits ``[C]`` (regression: the mean ``[1]``) of one example ``x [dim]``."""
-        return self._f(theta, x[None])[0]
+        """Logits ``[C]`` (regression: the mean ``[1]``) of one example ``x [dim]``; for a batch
+        ``theta [K, P]``, ``[K, C]``."""
+        return self._f(theta, x[None])[..., 0, :]
 
     def begin(self, stream: Stream) -> BongState:
         return BongState(self.init().belief,
@@ -117,9 +118,11 @@ class Bong(StreamMethod):
         """``(g, G)`` of one observation under ``q`` by the ``curvature`` estimator."""
         kind = self.hparams["curvature"]
         if kind.startswith("lin"):
-            return linearised(self.f_one, self.likelihood, q.mu, x, y, kind == "lin-hess")
+            return linearised(self.f_one, self.likelihood, q.mu, x, y, kind == "lin-hess",
+                              batched=True)
         draws = q.sample(self.hparams["samples"], generator)
-        return monte_carlo(self.f_one, self.likelihood, draws, x, y, kind == "mc-hess", generator)
+        return monte_carlo(self.f_one, self.likelihood, draws, x, y, kind == "mc-hess", generator,
+                           batched=True)
 
     def update(self, state: BongState, x: Tensor, y: Tensor) -> BongState:
         h = self.hparams

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 NETWORKS = ("cnn", "mlp", "linear")
 
@@ -68,10 +68,12 @@ def _architecture(name: str, dim: int, classes: int, hidden: int) -> nn.Module:
 def flat_function(module: nn.Module, dtype: torch.dtype = torch.float64
                   ) -> tuple[Tensor, Callable[[Tensor, Tensor], Tensor]]:
     """The module's initial parameters as one vector ``theta [P]`` and ``f(theta, x [n, dim]) ->
-    [n, C]`` (``x`` cast to ``dtype``). A linear layer or a stack of linear and ReLU layers (the
-    ``linear`` and ``mlp`` networks) is evaluated by the layers' functions on slices of ``theta``
-    directly; any other module by ``functional_call``, which swaps the slices into the module
-    first (several times the cost of the MLP's arithmetic at one example)."""
+    [n, C]`` (``x`` cast to ``dtype``), which also maps a batch ``thetas [K, P]`` to
+    ``[K, n, C]``. A linear layer or a stack of linear and ReLU layers (the ``linear`` and ``mlp``
+    networks) is evaluated by the layers' functions on slices of ``theta`` directly (a batch by
+    batched matrix products on ``[K, ...]`` slices); any other module by ``functional_call``,
+    which swaps the slices into the module first (several times the cost of the MLP's arithmetic
+    at one example), ``vmap``-ed over a batch."""
     names = [n for n, _ in module.named_parameters()]
     shapes = [p.shape for _, p in module.named_parameters()]
     sizes = [p.numel() for _, p in module.named_parameters()]
@@ -82,6 +84,8 @@ def flat_function(module: nn.Module, dtype: torch.dtype = torch.float64
         return theta, _linear_stack(layers, shapes, sizes)
 
     def f(flat: Tensor, x: Tensor) -> Tensor:
+        if flat.dim() == 2:
+            return vmap(f, in_dims=(0, None))(flat, x)
         params = {n: chunk.reshape(s) for n, chunk, s in zip(names, flat.split(sizes), shapes)}
         return functional_call(module, params, (x.to(flat.dtype),))
 
@@ -91,8 +95,11 @@ def flat_function(module: nn.Module, dtype: torch.dtype = torch.float64
 def _linear_stack(layers: list[nn.Module], shapes: list[torch.Size], sizes: list[int]
                   ) -> Callable[[Tensor, Tensor], Tensor]:
     """``f(theta, x)`` of linear (weight, bias: the order of ``named_parameters``) and ReLU
-    layers."""
+    layers; for ``theta [K, P]`` each layer is one ``baddbmm`` on the ``[K, out, in]`` weight
+    views of the rows (no copy of ``theta``)."""
     def f(flat: Tensor, x: Tensor) -> Tensor:
+        if flat.dim() == 2:
+            return _batched(flat, x)
         chunks = flat.split(sizes)
         h, i = x.to(flat.dtype), 0
         for layer in layers:
@@ -100,6 +107,18 @@ def _linear_stack(layers: list[nn.Module], shapes: list[torch.Size], sizes: list
                 h = torch.relu(h)
             else:
                 h = nn.functional.linear(h, chunks[i].view(shapes[i]), chunks[i + 1])
+                i += 2
+        return h
+
+    def _batched(flat: Tensor, x: Tensor) -> Tensor:
+        chunks = flat.split(sizes, -1)
+        h, i = x.to(flat.dtype).expand(len(flat), *x.shape), 0
+        for layer in layers:
+            if isinstance(layer, nn.ReLU):
+                h = torch.relu(h)
+            else:
+                weight = chunks[i].unflatten(-1, shapes[i])
+                h = torch.baddbmm(chunks[i + 1].unsqueeze(-2), h, weight.mT)
                 i += 2
         return h
 
