@@ -29,7 +29,7 @@ from zoo.tasks import Stream, StreamMethod
 from zoo_bong.beliefs import DG_MEANS, FAMILIES, Belief, prior_belief
 from zoo_bong.curvature import CURVATURES, Curvature, linearised, monte_carlo
 from zoo_bong.likelihoods import Categorical, Gaussian
-from zoo_bong.networks import NETWORKS, build_network, flat_function
+from zoo_bong.networks import NETWORKS, build_network, flat_function, is_linear_stack
 from zoo_bong.rules import RULES, check_combination, update
 
 PREDICTIVES = ("plugin", "mc", "lin-mc")
@@ -94,13 +94,14 @@ class Bong(StreamMethod):
         except ValueError as err:
             raise HyperParameterError(f"method 'bong': {err}") from None
         theta, self._f = flat_function(self.network)
+        self._batched = is_linear_stack(self.network)  # f_one maps [K, P] too
         self.register_buffer("theta0", theta)
         self.likelihood = (Gaussian(torch.full((1, 1), float(h["noise_var"]), dtype=theta.dtype))
                            if classes == 0 else Categorical())
 
     def f_one(self, theta: Tensor, x: Tensor) -> Tensor:
         """Logits ``[C]`` (regression: the mean ``[1]``) of one example ``x [dim]``; for a batch
-        ``theta [K, P]``, ``[K, C]``."""
+        ``theta [K, P]`` of a linear stack (``mlp``, ``linear``), ``[K, C]``."""
         return self._f(theta, x[None])[..., 0, :]
 
     def begin(self, stream: Stream) -> BongState:
@@ -119,10 +120,10 @@ class Bong(StreamMethod):
         kind = self.hparams["curvature"]
         if kind.startswith("lin"):
             return linearised(self.f_one, self.likelihood, q.mu, x, y, kind == "lin-hess",
-                              batched=True)
+                              batched=self._batched)
         draws = q.sample(self.hparams["samples"], generator)
         return monte_carlo(self.f_one, self.likelihood, draws, x, y, kind == "mc-hess", generator,
-                           batched=True)
+                           batched=self._batched)
 
     def update(self, state: BongState, x: Tensor, y: Tensor) -> BongState:
         h = self.hparams

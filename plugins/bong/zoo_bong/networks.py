@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call
 
 NETWORKS = ("cnn", "mlp", "linear")
 
@@ -68,28 +68,35 @@ def _architecture(name: str, dim: int, classes: int, hidden: int) -> nn.Module:
 def flat_function(module: nn.Module, dtype: torch.dtype = torch.float64
                   ) -> tuple[Tensor, Callable[[Tensor, Tensor], Tensor]]:
     """The module's initial parameters as one vector ``theta [P]`` and ``f(theta, x [n, dim]) ->
-    [n, C]`` (``x`` cast to ``dtype``), which also maps a batch ``thetas [K, P]`` to
-    ``[K, n, C]``. A linear layer or a stack of linear and ReLU layers (the ``linear`` and ``mlp``
-    networks) is evaluated by the layers' functions on slices of ``theta`` directly (a batch by
-    batched matrix products on ``[K, ...]`` slices); any other module by ``functional_call``,
-    which swaps the slices into the module first (several times the cost of the MLP's arithmetic
-    at one example), ``vmap``-ed over a batch."""
+    [n, C]`` (``x`` cast to ``dtype``). A linear layer or a stack of linear and ReLU layers (the
+    ``linear`` and ``mlp`` networks, :func:`is_linear_stack`) is evaluated by the layers'
+    functions on slices of ``theta`` directly, and its ``f`` also maps a batch ``thetas [K, P]``
+    to ``[K, n, C]`` by batched matrix products; any other module by ``functional_call``, which
+    swaps the slices into the module first (several times the cost of the MLP's arithmetic at one
+    example)."""
     names = [n for n, _ in module.named_parameters()]
     shapes = [p.shape for _, p in module.named_parameters()]
     sizes = [p.numel() for _, p in module.named_parameters()]
     theta = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).to(dtype)
-    layers = list(module) if isinstance(module, nn.Sequential) else [module]
-    if all(isinstance(layer, nn.ReLU) or (isinstance(layer, nn.Linear) and layer.bias is not None)
-           for layer in layers):
-        return theta, _linear_stack(layers, shapes, sizes)
+    if is_linear_stack(module):
+        return theta, _linear_stack(_layers(module), shapes, sizes)
 
     def f(flat: Tensor, x: Tensor) -> Tensor:
-        if flat.dim() == 2:
-            return vmap(f, in_dims=(0, None))(flat, x)
         params = {n: chunk.reshape(s) for n, chunk, s in zip(names, flat.split(sizes), shapes)}
         return functional_call(module, params, (x.to(flat.dtype),))
 
     return theta, f
+
+
+def _layers(module: nn.Module) -> list[nn.Module]:
+    return list(module) if isinstance(module, nn.Sequential) else [module]
+
+
+def is_linear_stack(module: nn.Module) -> bool:
+    """Whether ``module`` is a linear layer or a sequence of linear (with bias) and ReLU layers,
+    whose :func:`flat_function` takes a batch of parameter vectors."""
+    return all(isinstance(layer, nn.ReLU) or (isinstance(layer, nn.Linear) and layer.bias is not None)
+               for layer in _layers(module))
 
 
 def _linear_stack(layers: list[nn.Module], shapes: list[torch.Size], sizes: list[int]
