@@ -54,6 +54,7 @@ from collections.abc import Callable
 import reference_env
 import torch
 from reference_env import create_env
+from zoo_bong.curvature import COMPILABLE
 from zoo_bong.method import Bong
 from zoo_bong.rules import RULES, TRACTABLE
 
@@ -103,17 +104,22 @@ def examples(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
             for i in range(n)]
 
 
-def zoo_cell(rule: str, family: str, curvature: str, data, warm: int
-             ) -> tuple[Callable[[], None], Bong]:
-    """The zoo's cell after ``warm`` updates, and a call that makes its next update (of the
-    stream ``data``) from the belief the previous one left."""
+def zoo_cell(rule: str, family: str, curvature: str, data, warm: int, compile: bool = False
+             ) -> tuple[Callable[[], None], Bong, float]:
+    """The zoo's cell after ``warm`` updates, a call that makes its next update (of the stream
+    ``data``) from the belief the previous one left, and the first update's seconds (with
+    ``compile``, the curvature's compilation; MC-HESS is never compiled)."""
     torch.manual_seed(0)
     dg_mean = "vd-ekf" if (rule, family, curvature) == ("bong", "dg", "lin-hess") else "ngd"
     method = Bong(dim=DIM, classes=CLASSES, network="mlp", rule=rule, family=family,
                   curvature=curvature, rank=RANK, samples=SAMPLES, alpha=ALPHA,
-                  prior_var=PRIOR_VAR, dg_mean=dg_mean)
+                  prior_var=PRIOR_VAR, dg_mean=dg_mean,
+                  compile=compile and curvature in COMPILABLE)
     state = method.init()
-    for x, y in data[:warm]:
+    start = time.perf_counter()
+    state = method.update(state, *data[0])
+    first = time.perf_counter() - start
+    for x, y in data[1:warm]:
         state = method.update(state, x, y)
     stream = iter(data[warm:])
 
@@ -121,7 +127,7 @@ def zoo_cell(rule: str, family: str, curvature: str, data, warm: int
         nonlocal state
         state = method.update(state, *next(stream))
 
-    return step, method
+    return step, method, first
 
 
 def jax_cell(jax, modules, rule: str, family: str, curvature: str, theta0, data, warm: int
@@ -185,6 +191,8 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=12, help="updates before timing")
     parser.add_argument("--families", default=",".join(TRACTABLE),
                         help="comma-separated families to time (default: all five)")
+    parser.add_argument("--compile", action="store_true",
+                        help="the zoo's cells with compile = true (mc-ef, lin-hess, lin-ef)")
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc's malloc thresholds as they are")
     args = parser.parse_args()
@@ -199,10 +207,12 @@ def main() -> None:
     families = args.families.split(",")
     data = examples(args.warm + 2 + args.repeats)
     steps: dict[tuple[str, str, str], tuple[Callable[[], None], Callable[[], None]]] = {}
+    compile_s: list[float] = []
     for cell in cells():
         if cell[1] not in families:
             continue
-        zoo_step, method = zoo_cell(*cell, data, args.warm)
+        zoo_step, method, first = zoo_cell(*cell, data, args.warm, args.compile)
+        compile_s.append(first)
         theta0 = jax.numpy.asarray(method.theta0.numpy())
         steps[cell] = (zoo_step, jax_cell(jax, modules, *cell, theta0, data, args.warm))
     print(f"torch {torch.__version__}, jax {jax.__version__}, one thread, float64, P = "
@@ -228,6 +238,8 @@ def main() -> None:
         at_or_below += z <= j
         print(f"| {rule} | {family} | {curvature} | {z:.3f} | {j:.3f} | {z / j:.2f} |")
     print(f"\nzoo at or below the authors' time in {at_or_below} of {len(times)} cells")
+    print(f"the zoo's first update (compile = {args.compile}): {min(compile_s):.2f}-"
+          f"{max(compile_s):.2f} s, {sum(compile_s):.1f} s over the cells")
 
 
 if __name__ == "__main__":

@@ -534,3 +534,42 @@ def test_the_autograd_and_the_differentiable_curvature_routes_agree(kind):
         p = torch.softmax(mlp(theta, x), -1)
         ggn = jac.T @ (torch.diag(p) - torch.outer(p, p)) @ jac
         torch.testing.assert_close(plain.root @ plain.root.T, ggn, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["lin-hess", "lin-ef", "mc-ef"])
+def test_the_compiled_curvature_is_the_eager_one_along_a_stream_without_recompiling(kind):
+    # one traced program (fullgraph, static shapes) reused by every update of a stream; the
+    # aot_eager backend traces exactly what inductor fuses, in a fraction of its compile time
+    import torch._dynamo
+    from zoo_bong.curvature import compiled
+    from zoo_bong.networks import build_network, flat_function
+
+    torch.manual_seed(4)
+    theta, f = flat_function(build_network("mlp", 5, 3, hidden=6))
+
+    def model(t, x):
+        return f(t, x[None])[..., 0, :]
+
+    torch._dynamo.reset()
+    program = compiled(model, Categorical(), kind, backend="aot_eager")
+    q = prior_belief("dlr", theta, 0.1, rank=2)
+    gen = torch.Generator().manual_seed(0)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for i in range(4):
+            x, y = torch.rand(5, dtype=torch.float64), torch.tensor(i % 3)
+            at = q.mu if kind.startswith("lin") else q.sample(3, gen)
+            if kind.startswith("lin"):
+                eager = linearised(model, Categorical(), at, x, y, kind == "lin-hess", True)
+            else:
+                eager = monte_carlo(model, Categorical(), at, x, y, False, gen, True)
+            traced = program(at, x, y)
+            torch.testing.assert_close(traced.g, eager.g, rtol=0, atol=1e-14)
+            torch.testing.assert_close(traced.root, eager.root, rtol=0, atol=1e-14)
+            q = update(q, lambda belief, c=traced: c, "bong", 1.0)
+
+
+def test_only_the_compilable_curvatures_compile():
+    from zoo_bong.curvature import compiled
+
+    with pytest.raises(ValueError, match="'mc-hess' cannot be compiled; compilable: mc-ef"):
+        compiled(lambda t, x: t, Categorical(), "mc-hess")

@@ -151,3 +151,29 @@ def test_the_direct_forward_of_linear_stacks_is_the_modules(name):
     assert torch.equal(vmap(lambda t: f(t, x))(thetas), vmap(module_f)(thetas))
     # a batch of parameter vectors: batched products on [K, ...] views of the rows
     torch.testing.assert_close(f(thetas, x), vmap(module_f)(thetas), rtol=0, atol=1e-15)
+
+
+def test_a_compiled_bong_makes_the_eager_updates():
+    # compile = true: the curvature by one inductor-compiled program, the same beliefs to rounding
+    from zoo_bong.method import Bong
+
+    torch.manual_seed(0)
+    data = [(torch.rand(5), torch.tensor(i % 3)) for i in range(3)]
+    beliefs = []
+    for flag in (False, True):
+        torch.manual_seed(1)  # the same initial weights
+        method = Bong(dim=5, classes=3, network="mlp", hidden=8, family="dg", curvature="lin-ef",
+                      compile=flag)
+        state = method.init()
+        for x, y in data:
+            state = method.update(state, x, y)
+        beliefs.append(state.belief)
+    torch.testing.assert_close(beliefs[1].mu, beliefs[0].mu, rtol=0, atol=1e-14)
+    torch.testing.assert_close(beliefs[1].prec, beliefs[0].prec, rtol=1e-13, atol=0)
+
+
+def test_compile_is_refused_for_mc_hess_before_any_work():
+    from zoo_bong.method import Bong
+
+    with pytest.raises(HyperParameterError, match="compile = true applies to the curvatures"):
+        Bong(dim=5, classes=3, network="mlp", curvature="mc-hess", family="dg", compile=True)

@@ -28,6 +28,8 @@ from torch.func import grad, jacrev, jvp, vjp, vmap
 from zoo_bong.likelihoods import Likelihood
 
 CURVATURES = ("mc-hess", "mc-ef", "lin-hess", "lin-ef")
+#: The estimators :func:`compiled` compiles (MC-HESS draws its probes from a generator).
+COMPILABLE = ("mc-ef", "lin-hess", "lin-ef")
 
 #: ``model(theta [P], x) -> f [C]``, the network as a function of its flat parameters.
 Model = Callable[[Tensor, Tensor], Tensor]
@@ -129,3 +131,44 @@ def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, 
     probes = torch.randint(0, 2, draws.shape, generator=generator).to(draws) * 2 - 1
     hvp = vmap(lambda theta, z: jvp(grad(log_lik), (theta,), (z,))[1])(draws, probes)
     return Curvature(g, diag=(probes * hvp).mean(0))
+
+
+def compiled(model: Model, likelihood: Likelihood, kind: str, backend: str = "inductor"
+             ) -> Callable[[Tensor, Tensor, Tensor], Curvature]:
+    """The estimator ``kind`` (one of :data:`COMPILABLE`) as one ``torch.compile``-d program of
+    ``(mean or draws [M, P], x, y)``: the ``torch.func`` form of :func:`linearised` /
+    :func:`monte_carlo` (``vjp`` and its pullbacks ``vmap``-ed over the cotangents; ``vmap`` of
+    ``grad`` over the draws), traced once into one graph (``fullgraph``, static shapes: a stream's
+    updates reuse it, BLR's and BBB's iterates too) and fused by ``backend``. Its numbers are the
+    eager estimators' to rounding; the first call compiles (seconds). For constant inputs only
+    (no caller differentiates through it)."""
+    if kind not in COMPILABLE:
+        raise ValueError(f"curvature {kind!r} cannot be compiled; compilable: "
+                         f"{', '.join(COMPILABLE)}")
+    if kind == "mc-ef":
+        def log_lik(theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
+            return likelihood.log_prob(model(theta, x), y)
+
+        def estimate(draws: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+            grads = vmap(grad(log_lik), in_dims=(0, None, None))(draws, x, y)
+            return grads.mean(0), grads.mT / draws.shape[0] ** 0.5
+    else:
+        hessian = kind == "lin-hess"
+
+        def estimate(mean: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+            f, pullback = vjp(lambda theta: model(theta, x), mean)
+            score = likelihood.score(f, y)
+            if not hessian:
+                (g,) = pullback(score)
+                return g, g[:, None]
+            cotangents = torch.cat([score[None], likelihood.fisher_root(f).mT])
+            (rows,) = vmap(pullback)(cotangents)
+            return rows[0], rows[1:].mT
+
+    program = torch.compile(estimate, backend=backend, dynamic=False, fullgraph=True)
+
+    def run(at: Tensor, x: Tensor, y: Tensor) -> Curvature:
+        g, root = program(at.detach(), x.detach(), y)
+        return Curvature(g, root=root)
+
+    return run
