@@ -358,6 +358,8 @@ class DiagNatural(Belief):
         return 1 / self.gaussian.var
 
     def dynamics(self, gamma: float, q: float) -> DiagNatural:
+        if gamma == 1 and q == 0:
+            return self
         return DiagNatural(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.gaussian.var + q),
                            self.mean_rule)
 
@@ -399,6 +401,8 @@ class DiagMoment(Belief):
         return self.gaussian.var
 
     def dynamics(self, gamma: float, q: float) -> DiagMoment:
+        if gamma == 1 and q == 0:
+            return self
         return DiagMoment(DiagonalGaussian(gamma * self.mu, gamma ** 2 * self.var + q))
 
     def _vi(self, curv: Curvature, prior: DiagMoment | None) -> tuple[Tensor, Tensor]:
