@@ -28,7 +28,9 @@ faults and about a millisecond on a loaded machine, which hits either side at ra
 swamps the updates' own arithmetic. So the script first has ``malloc`` keep freed memory
 (:func:`keep_freed_memory`; ``--default-malloc`` leaves it). One thread on both sides:
 ``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1`` and ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
-intra_op_parallelism_threads=1`` (set before JAX is imported).
+intra_op_parallelism_threads=1`` (set before JAX is imported). ``--compile`` times the zoo's
+cells with ``compile = true`` (the MC-EF, LIN-HESS and LIN-EF curvatures as one
+``torch.compile``-d program) and prints the first update's seconds, which include compiling.
 
 Setup (JAX and the authors' code stay outside the zoo's environment)::
 
