@@ -355,7 +355,7 @@ class DiagNatural(Belief):
 
     @property
     def prec(self) -> Tensor:
-        return 1 / self.gaussian.var
+        return self.gaussian.var.reciprocal()
 
     def dynamics(self, gamma: float, q: float) -> DiagNatural:
         if gamma == 1 and q == 0:
@@ -371,24 +371,27 @@ class DiagNatural(Belief):
         else:
             base = (1 - alpha) * own + alpha * prior.prec
             g_vi = curv.g + prior.prec * (prior.mu - self.mu)
-        prec = _positive(base - alpha * curv.diagonal(), self.family)
+        # fused element-wise kernels (addcdiv, add with alpha), one new buffer each
+        prec = _positive(torch.add(base, curv.diagonal(), alpha=-alpha), self.family)
         if self.mean_rule == "vd-ekf" and curv.root is not None:
-            _positive(base, self.family)
+            if base is not own:  # a belief's own precision is positive
+                _positive(base, self.family)
             unprojected = LowRankPrecisionGaussian(self.mu, base, alpha ** 0.5 * curv.root)
-            mu = self.mu + alpha * unprojected.solve_precision(g_vi[:, None])[:, 0]
+            mu = torch.add(self.mu, unprojected.solve_precision(g_vi[:, None])[:, 0], alpha=alpha)
         else:
-            mu = self.mu + alpha * g_vi / prec
-        return DiagNatural(DiagonalGaussian(mu, 1 / prec), self.mean_rule)
+            mu = torch.addcdiv(self.mu, g_vi, prec, value=alpha)
+        return DiagNatural(DiagonalGaussian(mu, prec.reciprocal()), self.mean_rule)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: DiagNatural | None = None
                       ) -> DiagNatural:
         var, g, d, own = self.gaussian.var, curv.g, curv.diagonal(), self.prec
         if prior is not None and prior is not self:  # the KL's gradient vanishes at the prior
             g, d = g + prior.prec * (prior.mu - self.mu), d - prior.prec + own
-        prec = _positive(own - 4 * alpha * var * self.mu * g - 2 * alpha * var ** 2 * d,
-                         self.family)
-        return DiagNatural(DiagonalGaussian((own * self.mu + alpha * var * g) / prec, 1 / prec),
-                           self.mean_rule)
+        vg = var * g
+        prec = _positive(own.addcmul(self.mu, vg, value=-4 * alpha)
+                         .addcmul_(var.square(), d, value=-2 * alpha), self.family)
+        mu = torch.add(own * self.mu, vg, alpha=alpha).div_(prec)
+        return DiagNatural(DiagonalGaussian(mu, prec.reciprocal()), self.mean_rule)
 
 
 class DiagMoment(Belief):
@@ -414,14 +417,14 @@ class DiagMoment(Belief):
     def natural_step(self, curv: Curvature, alpha: float, prior: DiagMoment | None = None
                      ) -> DiagMoment:
         g, d = self._vi(curv, prior)
-        var = _positive(self.var + alpha * self.var ** 2 * d, self.family)
-        return DiagMoment(DiagonalGaussian(self.mu + alpha * self.var * g, var))
+        var = _positive(self.var.addcmul(self.var.square(), d, value=alpha), self.family)
+        return DiagMoment(DiagonalGaussian(torch.addcmul(self.mu, self.var, g, value=alpha), var))
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: DiagMoment | None = None
                       ) -> DiagMoment:
         g, d = self._vi(curv, prior)
-        var = _positive(self.var + 0.5 * alpha * d, self.family)
-        return DiagMoment(DiagonalGaussian(self.mu + alpha * g, var))
+        var = _positive(torch.add(self.var, d, alpha=0.5 * alpha), self.family)
+        return DiagMoment(DiagonalGaussian(torch.add(self.mu, g, alpha=alpha), var))
 
 
 def project_low_rank(ups: Tensor, w: Tensor, rank: int) -> tuple[Tensor, Tensor]:
