@@ -59,10 +59,13 @@ class LoopbackCluster:
     node: subprocess.Popen
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct ports that are free now (all held open until each is known)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -153,14 +156,18 @@ def loopback_cluster(ray_alone) -> Iterator[LoopbackCluster]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    # Every port a node would otherwise take at a fixed default (the client server's 10001, the
+    # dashboard agent's 52365) is chosen free here too: a random GCS port can land on a default.
+    port, client, head_agent, node_agent = _free_ports(4)
     # each node offers one unit's CPUs, so that both nodes run a unit at once
     common = ["--node-ip-address=127.0.0.1", f"--num-cpus={threads_per_unit(WORKERS)}",
               "--object-store-memory=80000000", "--disable-usage-stats"]
-    head = _start(["--head", f"--port={port}", "--include-dashboard=false",
+    head = _start(["--head", f"--port={port}", f"--ray-client-server-port={client}",
+                   f"--dashboard-agent-listen-port={head_agent}", "--include-dashboard=false",
                    f"--temp-dir={folder}", *common], env, folder / "head.log")
     try:
-        node = _start([f"--address=127.0.0.1:{port}", *common], env, folder / "node.log")
+        node = _start([f"--address=127.0.0.1:{port}", f"--dashboard-agent-listen-port={node_agent}",
+                       *common], env, folder / "node.log")
         try:
             yield LoopbackCluster(f"127.0.0.1:{port}", env, head, node)
         finally:
