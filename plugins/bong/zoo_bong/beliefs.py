@@ -50,7 +50,8 @@ def _refuse(family: str, what: str) -> None:
 def _cholesky(matrix: Tensor, family: str) -> Tensor:
     """The Cholesky factor of ``matrix``, or :class:`BeliefError`."""
     chol, info = torch.linalg.cholesky_ex(matrix)
-    if int(info) != 0 or not torch.isfinite(chol).all():
+    # a NaN makes the factorisation fail; an infinite pivot passes it but not the diagonal's sum
+    if int(info) != 0 or not math.isfinite(float(chol.diagonal().sum())):
         _refuse(family, "positive definiteness")
     return chol
 
@@ -90,76 +91,120 @@ class Belief(ABC):
         """One plain-gradient step in the family's coordinates (same objective)."""
 
 
-def _capacitance_solve(cov: Tensor, b: Tensor, s: Tensor, negatives: int, family: str
-                       ) -> tuple[Tensor, Tensor]:
-    """``Sigma' = Sigma - B S^-1 B^T`` in one fused pass over ``Sigma``, and ``S^-1 B^T [K, P]``
-    (so that ``B S^-1 B^T v = B (S^-1 B^T v)`` costs ``O(P K)``).
-
-    This is Woodbury for ``Lambda' = Lambda + U C U^T`` (``U [P, K]``, ``C [K, K]`` symmetric,
-    invertible, possibly indefinite) with ``B = Sigma U`` and the capacitance
-    ``S = C^-1 + U^T Sigma U``, in ``O(P^2 K)`` without a ``P x P`` factorisation. ``Lambda'`` is
-    positive definite exactly when ``S`` has as many negative eigenvalues as ``C`` (``negatives``)
-    and none zero (Haynsworth's inertia additivity applied to ``[[Lambda, U], [U^T, -C^-1]]`` both
-    ways), which is checked on ``S``'s ``K`` eigenvalues; otherwise :class:`BeliefError`. The roles
-    of ``Sigma`` and ``Lambda`` swap for a covariance update ``Sigma' = Sigma + U C U^T``. The
-    update solves with ``S`` rather than through its eigenvectors, whose derivative is singular
-    at repeated eigenvalues (a rank-deficient curvature root has them), so that the step stays
-    differentiable for a caller that meta-learns through it."""
-    evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
-    tiny = torch.finfo(s.dtype).eps * len(s) * evals.abs().max()
-    if (not torch.isfinite(evals).all() or bool((evals.abs() <= tiny).any())
-            or int((evals < 0).sum()) != negatives):
+def _factor(s: Tensor, family: str) -> Tensor:
+    """The Cholesky factor of the symmetric ``K x K`` capacitance ``s``, or :class:`BeliefError`
+    unless ``s`` is positive definite (and finite); a ``1 x 1`` one is checked by its value, with
+    no factorisation."""
+    if s.shape[0] == 1:
+        if not 0 < float(s) < math.inf:  # a NaN fails the first comparison
+            _refuse(family, "positive definiteness")
+        return s.sqrt()
+    chol, info = torch.linalg.cholesky_ex(s)
+    # a NaN makes the factorisation fail; an infinite pivot passes it but not the diagonal's sum
+    if int(info) != 0 or not math.isfinite(float(chol.diagonal().sum())):
         _refuse(family, "positive definiteness")
-    solved = torch.linalg.solve(s, b.mT)
-    return _plus_product(cov, b, solved, -1), solved
+    return chol
 
 
-def _plus_product(matrix: Tensor, left: Tensor, right: Tensor, alpha: float) -> Tensor:
-    """``matrix + alpha left right`` (``left [P, K]``, ``right [K, P]``) in a new tensor: one
-    elementwise pass for ``K = 1`` (``addr``), else ``addmm`` (a copy, then the GEMM in place:
-    twice the memory traffic, which dominates at small ``K``)."""
-    if left.shape[1] == 1:
-        return torch.addr(matrix, left[:, 0], right[0], alpha=alpha)
-    return torch.addmm(matrix, left, right, alpha=alpha)
-
-
-def _negative_definite(s: Tensor, family: str) -> None:
-    """:class:`BeliefError` unless the symmetric ``K x K`` capacitance ``s`` is negative definite
-    (a covariance downdate ``Sigma - B B^T`` stays positive definite exactly then)."""
-    evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
-    if not (torch.isfinite(evals).all()
-            and bool((evals < -torch.finfo(s.dtype).eps * len(s) * evals.abs().max()).all())):
-        _refuse(family, "positive definiteness")
-
-
-def _times(rows: Tensor, matrix: Tensor) -> Tensor:
-    """``matrix @ rows^T`` for a symmetric ``matrix [P, P]`` and ``rows [K, P]``, as
-    ``(rows @ matrix)^T``: one pass over ``matrix`` with ``K`` contiguous rows, where BLAS is
-    several times faster than on the ``[P, K]`` right-hand side (bong.md's per-update time)."""
-    return (rows @ matrix).mT
+def _whiten(chol: Tensor, rows: Tensor) -> Tensor:
+    """``chol^-1 rows`` (``rows [K, P]``), so that ``rows^T S^-1 rows = w^T w`` for
+    ``S = chol chol^T``."""
+    if chol.shape[0] == 1:
+        return rows / chol
+    return torch.linalg.solve_triangular(chol, rows, upper=False)
 
 
 def _eye(x: Tensor, k: int) -> Tensor:
     return torch.eye(k, dtype=x.dtype, device=x.device)
 
 
+#: The rank at which a :class:`_PlusLowRank` forms its dense matrix before taking more terms.
+FOLD_RANK = 64
+
+
+class _PlusLowRank:
+    """A symmetric ``P x P`` matrix held as ``base + F^T diag(d) F`` (``F [r, P]`` rows,
+    ``d [r]``): the covariance or precision of a full-covariance belief after the rank-``K``
+    steps taken since it was last formed.
+
+    Adding a rank-``K`` term costs ``O(P r)`` and writes nothing ``P x P``; the product of ``n``
+    rows with the matrix (what a step needs) costs one read of ``base`` and ``O(n P r)``. The
+    dense matrix is formed once (``O(P^2 r)``) when it is asked for (sampling, densities, a dense
+    step) or when the rank would pass :data:`FOLD_RANK`, and is then the next terms' base.
+    Nothing is changed in place: a belief that a caller still holds stays as it was, and beliefs
+    share only bases, which are never written."""
+
+    __slots__ = ("base", "rows", "scale", "_dense")
+
+    def __init__(self, base: Tensor, rows: Tensor | None = None, scale: Tensor | None = None):
+        self.base, self.rows, self.scale = base, rows, scale
+        self._dense = base if rows is None else None
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.rows is None else self.rows.shape[0]
+
+    def dense(self) -> Tensor:
+        """The matrix ``[P, P]``, formed once (``addr`` for rank one: one elementwise pass, where
+        ``addmm`` copies ``base`` first)."""
+        if self._dense is None:
+            if self.rank == 1:
+                self._dense = torch.addr(self.base, self.scale[0] * self.rows[0], self.rows[0])
+            else:
+                self._dense = torch.addmm(self.base, self.rows.mT * self.scale, self.rows)
+        return self._dense
+
+    def times(self, x: Tensor) -> Tensor:
+        """``x M`` for rows ``x [n, P]`` (``(M x^T)^T``, ``M`` symmetric)."""
+        if self._dense is not None:
+            return x @ self._dense
+        return torch.addmm(x @ self.base, (x @ self.rows.mT) * self.scale, self.rows)
+
+    def plus(self, rows: Tensor, scale: Tensor) -> _PlusLowRank:
+        """``M + rows^T diag(scale) rows`` (``rows [K, P]``, ``scale [K]``)."""
+        if self._dense is not None or self.rank + len(rows) > FOLD_RANK:
+            return _PlusLowRank(self.dense(), rows, scale)
+        return _PlusLowRank(self.base, torch.cat([self.rows, rows]),
+                            torch.cat([self.scale, scale]))
+
+
 class _Full(Belief):
     """A full-covariance belief held by its mean and covariance ``Sigma`` (and the precision
-    ``Lambda`` where a step needs it).
+    ``Lambda`` where a step needs it), each a :class:`_PlusLowRank`.
 
     A natural step of the expected log-likelihood (BONG; BLR's step from the predicted belief)
     adds a rank-``K`` term to one of ``Sigma`` or ``Lambda`` (``K`` = ``C`` for LIN-HESS, 1 for
     LIN-EF, ``M`` for MC-EF), and a plain-gradient step (BOG; BBB's from the predicted belief) a
-    rank-``K`` (fc-mom) or rank-``K + 2`` (fc) one; each is applied to ``Sigma`` in ``O(P^2 K)``
-    (the covariance form of the Kalman update: a ``K x K`` capacitance instead of a ``P x P``
-    Cholesky, one fused pass over ``Sigma``), with positive definiteness decided on the
-    capacitance's inertia. All but one of these steps need ``Sigma`` alone; the fc-mom
-    plain-gradient step subtracts from ``Sigma`` and so needs ``Lambda U`` for its check: that step
-    updates ``Lambda`` too (by Woodbury, factorising once if the belief does not hold it), every
-    other step drops it. An iterate of BLR or BBB away from the predicted belief mixes the two
-    precisions ``(1 - alpha) Lambda + alpha Lambda_0``, which is not low-rank: that step is dense
-    (``O(P^3)``). The Cholesky factor is computed only when sampling or a density needs it.
+    rank-``K`` (fc-mom) or rank-``K + 2`` (fc) one; each is applied to ``Sigma`` in covariance
+    form (the Kalman update: a ``K x K`` capacitance instead of a ``P x P`` factorisation), after
+    one product of ``K + 1`` rows with ``Sigma``, with positive definiteness decided on the
+    capacitance. All but one of these steps need ``Sigma`` alone; the fc-mom plain-gradient step
+    subtracts from ``Sigma`` and so needs ``Lambda root`` for its check, unless sampling has
+    factorised ``Sigma`` (MC-EF): then the check is the Cholesky factorisation of the new
+    ``Sigma``, which the next step samples with. Where it needs ``Lambda``, that step updates it
+    too (by Woodbury, factorising once if the belief does not hold it); every other step drops it.
+    An iterate of BLR or BBB away from the predicted belief mixes the two precisions
+    ``(1 - alpha) Lambda + alpha Lambda_0``, which is not low-rank: that step is dense
+    (``O(P^3)``), and so is fc's plain-gradient step (its capacitance is indefinite). The dense
+    ``Sigma``, the :mod:`zoo.gaussians` member and the Cholesky factor are formed only when asked
+    for (sampling, a density, a predictive).
+
+    Built from a :class:`FullGaussian` (``cls(gaussian)``) or, by the steps, from its parts.
     """
+
+    def __init__(self, gaussian: FullGaussian | None = None, *, mean: Tensor | None = None,
+                 cov: _PlusLowRank | None = None, prec: _PlusLowRank | None = None):
+        held = self.__dict__  # frozen: the fields and cached properties live here
+        if gaussian is not None:
+            held["gaussian"], mean = gaussian, gaussian.mean
+        elif mean is None or cov is None:
+            raise ValueError("a full-covariance belief needs a FullGaussian, or its mean and "
+                             "covariance")
+        held["_mean"] = mean
+        if cov is not None:
+            held["_sigma"] = cov
+        if prec is not None:
+            held["_lambda"] = prec
 
     @classmethod
     def from_covariance(cls, mu: Tensor, cov: Tensor) -> _Full:
@@ -174,19 +219,45 @@ class _Full(Belief):
     def _with(self, mu: Tensor, cov: Tensor, prec: Tensor | None = None) -> _Full:
         return type(self)(FullGaussian.from_moments(mu, cov, precision=prec))
 
+    def _stepped(self, mu: Tensor, cov: _PlusLowRank, prec: _PlusLowRank | None = None
+                 ) -> _Full:
+        return type(self)(mean=mu, cov=cov, prec=prec)
+
     @property
-    def cov(self) -> Tensor:
-        return self.gaussian.covariance()
+    def mu(self) -> Tensor:
+        return self._mean
 
     @cached_property
-    def prec(self) -> Tensor:
+    def gaussian(self) -> FullGaussian:
+        """The :mod:`zoo.gaussians` member (forming ``Sigma``, and ``Lambda`` if held)."""
+        held = self.__dict__
+        prec = held.get("_lambda")
+        return FullGaussian.from_moments(self._mean, self._sigma.dense(), held.get("chol"),
+                                         None if prec is None else prec.dense())
+
+    @cached_property
+    def _sigma(self) -> _PlusLowRank:
+        return _PlusLowRank(self.gaussian.covariance())
+
+    @cached_property
+    def _lambda(self) -> _PlusLowRank:
         """``Lambda``: held, or ``Sigma^-1`` by one Cholesky factorisation (``O(P^3)``, once)."""
-        return self.gaussian.precision()
+        return _PlusLowRank(self.gaussian.precision())
+
+    @property
+    def cov(self) -> Tensor:
+        return self._sigma.dense()
+
+    @property
+    def prec(self) -> Tensor:
+        return self._lambda.dense()
 
     @cached_property
     def chol(self) -> Tensor:
         """The Cholesky factor ``L`` of ``Sigma`` (``O(P^3)``, once: sampling needs it)."""
-        return self.gaussian.tril
+        if "gaussian" in self.__dict__:
+            return self.gaussian.tril
+        return _cholesky(self.cov, self.family)
 
     def sample(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` draws ``mu + L z`` (``L L^T = Sigma``) as one ``[n, P] x [P, P]`` product."""
@@ -222,16 +293,18 @@ class FullNatural(_Full):
     def natural_step(self, curv: Curvature, alpha: float, prior: FullNatural | None = None
                      ) -> FullNatural:
         # Lambda_i = (1 - a) Lambda + a (Lambda_0 - G),  mu_i = mu + a Sigma_i g_VI  (notes §2.4);
-        # from the prior itself Lambda_i = Lambda + a root root^T and g_VI = g:
-        # Sigma_i = Sigma - B S^-1 B^T with B = Sigma root, S = I / a + root^T B.
+        # from the prior itself Lambda_i = Lambda + a root root^T and g_VI = g: by Woodbury
+        # Sigma_i = Sigma - B S^-1 B^T = Sigma - W^T W with B = Sigma root, S = I / a + root^T B
+        # = C C^T (positive definite with Sigma) and W = C^-1 B^T.
         if prior is None or prior is self:
             root, g = curv.root, curv.g
             k = root.shape[1]
-            both = _times(torch.cat([root.mT, g[None]]), self.cov)  # [Sigma root, Sigma g]
-            b, sg = both[:, :k], both[:, k]
-            cov, solved = _capacitance_solve(self.cov, b, _eye(b, k) / alpha + root.mT @ b, 0,
-                                             self.family)
-            return self._with(self.mu + alpha * (sg - b @ (solved @ g)), cov)
+            both = self._sigma.times(torch.cat([root.mT, g[None]]))  # [B^T; (Sigma g)^T]
+            s = both[:k] @ root
+            s.diagonal().add_(1 / alpha)
+            w = _whiten(_factor(s, self.family), both[:k])
+            mu = torch.addmv(torch.add(self.mu, both[k], alpha=alpha), w.mT, w @ g, alpha=-alpha)
+            return self._stepped(mu, self._sigma.plus(w, -torch.ones_like(w[:, 0])))
         g_vi = curv.g + prior.prec @ (prior.mu - self.mu)
         prec = (1 - alpha) * self.prec + alpha * (prior.prec - curv.dense())
         chol = _cholesky(prec, self.family)
@@ -242,23 +315,35 @@ class FullNatural(_Full):
                       ) -> FullNatural:
         # GD on psi = (Lambda mu, -Lambda / 2): grad_psi1 = Sigma g, grad_psi2 = (2 Sigma g mu^T)_sym
         # + Sigma G Sigma; Lambda = -2 psi2 (notes §2.4, BOG; BBB with (g_VI, G_VI)).
-        cov = self.cov
         if prior is None or prior is self:
             # Lambda' = Lambda + U C U^T with U = [Sigma root, s, mu], s = Sigma g and
             # C = diag(2a I_K, [[0, -2a], [-2a, 0]]) (one negative eigenvalue); psi1' =
             # Lambda mu + a s, so mu' = Sigma' psi1' = mu + Sigma' U w, w = a e_s - C U^T mu.
+            # Sigma' = Sigma - B S^-1 B^T (B = Sigma U, S = C^-1 + U^T B), positive definite
+            # exactly when S has one negative eigenvalue and none zero (Haynsworth's inertia
+            # additivity applied to [[Lambda, U], [U^T, -C^-1]] both ways).
             k = curv.root.shape[1]
-            u_t = torch.cat([_times(torch.cat([curv.root.mT, curv.g[None]]), cov).mT,
+            u_t = torch.cat([self._sigma.times(torch.cat([curv.root.mT, curv.g[None]])),
                              self.mu[None]])  # U^T [K + 2, P]
-            b = _times(u_t, cov)  # Sigma U
-            c_inv = torch.zeros(k + 2, k + 2, dtype=b.dtype, device=b.device)
-            c_inv[:k, :k] = _eye(b, k) / (2 * alpha)
+            b_t = self._sigma.times(u_t)  # B^T
+            c_inv = torch.zeros(k + 2, k + 2, dtype=b_t.dtype, device=b_t.device)
+            c_inv[:k, :k] = _eye(b_t, k) / (2 * alpha)
             c_inv[k, k + 1] = c_inv[k + 1, k] = -1 / (2 * alpha)
-            s = c_inv + u_t @ b
-            new_cov, _ = _capacitance_solve(cov, b, s, 1, self.family)
-            # Sigma' U = Sigma U S^-1 C^-1 (Woodbury), so Sigma' U w = B S^-1 (a C^-1 e_s - U^T mu)
-            rhs = alpha * c_inv[:, k] - u_t @ self.mu
-            return self._with(self.mu + b @ torch.linalg.solve(s, rhs), new_cov)
+            s = c_inv + b_t @ u_t.mT
+            evals = torch.linalg.eigvalsh(0.5 * (s + s.mT))
+            tiny = torch.finfo(s.dtype).eps * len(s) * evals.abs().max()
+            if (not torch.isfinite(evals).all() or bool((evals.abs() <= tiny).any())
+                    or int((evals < 0).sum()) != 1):
+                _refuse(self.family, "positive definiteness")
+            # solved with S, not through its eigenvectors, whose derivative is singular at
+            # repeated eigenvalues: the step stays differentiable for a caller that meta-learns
+            # through it. Sigma' U = B S^-1 C^-1 (Woodbury), so Sigma' U w = B S^-1 (a C^-1 e_s -
+            # U^T mu).
+            solved = torch.linalg.solve(s, torch.cat([b_t, (alpha * c_inv[:, k]
+                                                              - u_t @ self.mu)[:, None]], 1))
+            cov = torch.addmm(self.cov, b_t.mT, solved[:, :-1], alpha=-1)
+            return self._with(self.mu + solved[:, -1] @ b_t, cov)
+        cov = self.cov
         g, big_g = self._vi(curv, prior)
         sg = cov @ g
         d_psi2 = torch.outer(sg, self.mu) + torch.outer(self.mu, sg) + cov @ big_g @ cov
@@ -282,41 +367,42 @@ class FullMoment(_Full):
         # NGD in (mu, Sigma): mu += a Sigma g_VI, Sigma += a Sigma G_VI Sigma: first order in
         # Sigma G, hence not exact in the conjugate case (notes §2.4). From the prior itself
         # (g_VI, G_VI) = (g, -root root^T): Sigma' = Sigma - a B B^T with B = Sigma root, positive
-        # definite exactly when S = -I / a + B^T Lambda B = -I / a + root^T B is negative definite
-        # (the capacitance of Sigma + B (-a I) B^T: Lambda is not needed).
-        cov = self.cov
+        # definite exactly when I / a - B^T Lambda B = I / a - root^T B is (Haynsworth, the
+        # capacitance of Sigma + B (-a I) B^T: Lambda is not needed).
         if prior is None or prior is self:
             root, g = curv.root, curv.g
             k = root.shape[1]
-            both = _times(torch.cat([root.mT, g[None]]), cov)
-            b = both[:, :k]
-            _negative_definite(root.mT @ b - _eye(b, k) / alpha, self.family)
-            return self._with(self.mu + alpha * both[:, k], _plus_product(cov, b, b.mT, -alpha))
+            both = self._sigma.times(torch.cat([root.mT, g[None]]))
+            s = both[:k] @ root
+            s.neg_().diagonal().add_(1 / alpha)
+            _factor(s, self.family)
+            return self._stepped(torch.add(self.mu, both[k], alpha=alpha),
+                                 self._sigma.plus(both[:k], s.new_full((k,), -alpha)))
+        cov = self.cov
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * cov @ g, cov + alpha * cov @ big_g @ cov)
 
     def gradient_step(self, curv: Curvature, alpha: float, prior: FullMoment | None = None
                       ) -> FullMoment:
         # mu += a g_VI, Sigma += a G_VI / 2. From the prior itself Sigma' = Sigma - (a / 2)
-        # root root^T = L (I - (a / 2) W W^T) L^T with W = L^-1 root, positive definite exactly
-        # when S = -(2 / a) I + root^T Lambda root = -(2 / a) I + W^T W is negative definite.
-        # With the Cholesky factor L at hand (sampled from: MC-EF) S comes from W, O(P^2 K);
-        # otherwise from Lambda, which the step then carries by Woodbury,
-        # Lambda' = Lambda - (Lambda root) S^-1 (Lambda root)^T.
+        # root root^T, positive definite exactly when S = (2 / a) I - root^T Lambda root is.
+        # With Sigma factorised (sampled from: MC-EF) the check is the Cholesky factorisation of
+        # Sigma' itself, which the next step samples with; otherwise S comes from Lambda, which
+        # the step then carries by Woodbury, Lambda' = Lambda + (Lambda root) S^-1 (Lambda root)^T.
         if prior is None or prior is self:
             root = curv.root
             k = root.shape[1]
-            mu = self.mu + alpha * curv.g
-            cov = _plus_product(self.cov, root, root.mT, -0.5 * alpha)
+            mu = torch.add(self.mu, curv.g, alpha=alpha)
+            cov = self._sigma.plus(root.mT, root.new_full((k,), -0.5 * alpha))
             if self._factorised():
-                w = torch.linalg.solve_triangular(self.chol, root, upper=False)
-                _negative_definite(w.mT @ w - 2 / alpha * _eye(root, k), self.family)
-                return self._with(mu, cov)
-            lam_root = _times(root.mT, self.prec)
-            prec, _ = _capacitance_solve(self.prec, lam_root,
-                                         root.mT @ lam_root - 2 / alpha * _eye(root, k), k,
-                                         self.family)
-            return self._with(mu, cov, prec)
+                new = self._stepped(mu, cov)
+                new.__dict__["chol"] = _cholesky(new.cov, self.family)
+                return new
+            lam_root_t = self._lambda.times(root.mT)  # (Lambda root)^T
+            s = lam_root_t @ root
+            s.neg_().diagonal().add_(2 / alpha)
+            w = _whiten(_factor(s, self.family), lam_root_t)
+            return self._stepped(mu, cov, self._lambda.plus(w, torch.ones_like(w[:, 0])))
         g, big_g = self._vi(curv, prior)
         return FullMoment.make(self.mu + alpha * g, self.cov + 0.5 * alpha * big_g)
 
