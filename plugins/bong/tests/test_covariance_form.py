@@ -4,6 +4,7 @@ information-form formulas, and the DLR family's closed-form KL gradient against 
 import pytest
 import torch
 from torch.func import grad
+from zoo_bong import beliefs
 from zoo_bong.beliefs import BeliefError, DiagLowRank, FullMoment, FullNatural, dlr_kl_gradient
 from zoo_bong.curvature import Curvature
 
@@ -107,3 +108,49 @@ def test_dlr_kl_gradient_is_autograds():
     for got, ref in zip(dlr_kl_gradient(q.gaussian, p.gaussian), want):
         torch.testing.assert_close(got, ref, rtol=0, atol=1e-10)
     assert all(float(t.abs().max()) < 1e-12 for t in dlr_kl_gradient(q.gaussian, q.gaussian))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("family, step", [("fc", "natural"), ("fc", "gradient"),
+                                          ("fc-mom", "natural"), ("fc-mom", "gradient")])
+def test_a_stream_of_low_rank_steps_equals_the_dense_updates_and_leaves_held_beliefs_alone(
+        family, step, k, monkeypatch):
+    # the steps add rank-K terms to Sigma (and Lambda) without forming it; with the fold at rank
+    # 4 a stream of 8 steps forms it every second step or so. Read only after the stream (reading
+    # Sigma forms it), every belief, the earlier ones still held, equals the dense recursion
+    monkeypatch.setattr(beliefs, "FOLD_RANK", 4)
+    mu, cov, _ = _problem(k, seed=4)
+    cls = FullNatural if family == "fc" else FullMoment
+    q = cls.make(mu, torch.linalg.inv(cov)) if family == "fc" else cls.make(mu, cov)
+    alpha = {("fc", "natural"): 0.3, ("fc", "gradient"): 0.002}.get((family, step), 0.02)
+    gen = torch.Generator().manual_seed(5)
+    stream, want = [q], [(mu, cov)]
+    for _ in range(8):
+        curv = Curvature(torch.randn(P, generator=gen, dtype=DT),
+                         root=0.3 * torch.randn(P, k, generator=gen, dtype=DT))
+        q = (q.natural_step if step == "natural" else q.gradient_step)(curv, alpha)
+        stream.append(q)
+        want.append(_dense(family, step, *want[-1], curv, alpha))
+    assert family == "fc" and step == "gradient" or q._sigma.rank > 0  # the last step unformed
+    for belief, (want_mu, want_cov) in zip(stream, want):
+        torch.testing.assert_close(belief.mu, want_mu, rtol=0, atol=1e-10)
+        torch.testing.assert_close(belief.cov, want_cov, rtol=0, atol=1e-10)
+    torch.testing.assert_close(q.gaussian.precision() @ want[-1][1], torch.eye(P, dtype=DT),
+                               rtol=0, atol=1e-10)
+
+
+def test_the_low_rank_sum_forms_the_matrix_it_stands_for():
+    gen = torch.Generator().manual_seed(6)
+    base = torch.randn(P, P, generator=gen, dtype=DT)
+    base = base + base.T
+    rows, scale = torch.randn(3, P, generator=gen, dtype=DT), torch.tensor([1.0, -2.0, 0.5], dtype=DT)
+    x = torch.randn(2, P, generator=gen, dtype=DT)
+    want = base + rows.T @ torch.diag(scale) @ rows
+    for m in (beliefs._PlusLowRank(base).plus(rows, scale),
+              beliefs._PlusLowRank(base).plus(rows[:1], scale[:1]).plus(rows[1:], scale[1:])):
+        torch.testing.assert_close(m.times(x), x @ want, rtol=0, atol=1e-12)
+        torch.testing.assert_close(m.dense(), want, rtol=0, atol=1e-12)
+        torch.testing.assert_close(m.times(x), x @ want, rtol=0, atol=1e-12)  # from the dense one
+    one = beliefs._PlusLowRank(base).plus(rows[:1], scale[:1])  # rank one: formed by addr
+    torch.testing.assert_close(one.dense(), base + scale[0] * torch.outer(rows[0], rows[0]),
+                               rtol=0, atol=1e-12)
