@@ -6,7 +6,6 @@ operation costs ``O(P L^2 + L^3)`` through the ``L x L`` capacitance ``C = I + W
 
 from __future__ import annotations
 
-from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -23,12 +22,18 @@ class LowRankPrecisionGaussian(Gaussian):
         self.mean, self.diag, self.factor = mean, diag, factor
         self.rank = factor.shape[-1]
 
-    @cached_property
+    @property
     def _cap_tril(self) -> Tensor:
         """Cholesky factor of the capacitance ``C = I + W^T diag^-1 W``, formed on first use (a
-        belief that is only updated and read at its mean never pays its ``O(P L^2)``)."""
-        inner = self.factor.mT @ (self.factor / self.diag[..., None])
-        return torch.linalg.cholesky(_eye_like(self.factor, self.rank) + inner)
+        belief that is only updated and read at its mean never pays its ``O(P L^2)``). Kept in
+        the instance by hand rather than by ``functools.cached_property``, whose lock (before
+        Python 3.12) ``torch.compile`` cannot trace."""
+        tril = self.__dict__.get("_cap_tril_value")
+        if tril is None:
+            inner = self.factor.mT @ (self.factor / self.diag[..., None])
+            tril = torch.linalg.cholesky(_eye_like(self.factor, self.rank) + inner)
+            self.__dict__["_cap_tril_value"] = tril
+        return tril
 
     @classmethod
     def from_natural(cls, eta1: Tensor, diag: Tensor, factor: Tensor) -> LowRankPrecisionGaussian:

@@ -177,3 +177,69 @@ def test_compile_is_refused_for_mc_hess_before_any_work():
 
     with pytest.raises(HyperParameterError, match="compile = true applies to the curvatures"):
         Bong(dim=5, classes=3, network="mlp", curvature="mc-hess", family="dg", compile=True)
+
+
+#: One cell of every rule in every fixed-shape family, each curvature in each family and rule at
+#: least once (the dg cell of blr with vd-ekf's mean: its mixed precision is checked mid-step).
+COMPILED_CELLS = [
+    (rule, family, ("mc-ef", "lin-hess", "lin-ef")[(i + j) % 3])
+    for i, rule in enumerate(RULES) for j, family in enumerate(("dg", "dg-mom", "dlr"))]
+
+
+@pytest.mark.parametrize(("rule", "family", "curvature"), COMPILED_CELLS)
+def test_a_compiled_update_makes_the_eager_beliefs_with_one_graph(rule, family, curvature,
+                                                                  monkeypatch):
+    # compile = true on a fixed-shape family: the whole update (curvature of every iterate, the
+    # steps, their checks) as one program, traced here by aot_eager (the graph inductor fuses);
+    # the same beliefs and the same generator stream (MC-EF's draws) as the eager updates
+    import torch._dynamo
+    from zoo_bong import method as bong_method
+
+    monkeypatch.setattr(bong_method, "BACKEND", "aot_eager")
+    gen = torch.Generator().manual_seed(2)
+    data = [(torch.rand(5, generator=gen), torch.tensor(i % 3)) for i in range(5)]
+    dg_mean = "vd-ekf" if (rule, family) == ("blr", "dg") else "ngd"
+    runs = []
+    for flag in (False, True):
+        torch.manual_seed(1)  # the same initial weights
+        method = Bong(dim=5, classes=3, network="mlp", hidden=8, rule=rule, family=family,
+                      curvature=curvature, rank=3, samples=4, dg_mean=dg_mean,
+                      alpha=0.05 if rule in ("bong", "blr") else 1e-3,
+                      iterations=2 if rule in ("blr", "bbb") else 1, compile=flag)
+        state = method.init()
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for x, y in data:
+                state = method.update(state, x, y)
+        runs.append((state.belief.parts(), torch.rand(1, generator=state.generator)))
+    for compiled, eager in zip(runs[1][0], runs[0][0]):
+        torch.testing.assert_close(compiled, eager, rtol=1e-12, atol=1e-14)
+    assert torch.equal(runs[1][1], runs[0][1])
+
+
+def test_a_compiled_update_that_fails_raises_the_eager_updates_error(monkeypatch):
+    # the program cannot stop on a value: a failing check makes its result invalid, and the
+    # update is made again eagerly from the same draws, which names what failed
+    from zoo_bong import method as bong_method
+    from zoo_bong.beliefs import BeliefError
+
+    monkeypatch.setattr(bong_method, "BACKEND", "aot_eager")
+    for flag in (False, True):
+        torch.manual_seed(1)
+        method = Bong(dim=5, classes=3, network="mlp", hidden=8, rule="bog", family="dg-mom",
+                      curvature="mc-ef", samples=4, alpha=1e4, prior_var=1.0, compile=flag)
+        with pytest.raises(BeliefError, match="dg-mom belief lost positive variances"):
+            method.update(method.init(), torch.rand(5), torch.tensor(1))
+
+
+def test_compiled_methods_of_many_configurations_share_no_cache(monkeypatch):
+    # each method's program has its own code object, so a process that runs more configurations
+    # than Dynamo's recompile limit (8 graphs per code object) compiles each of them
+    import torch._dynamo
+    from zoo_bong import method as bong_method
+
+    monkeypatch.setattr(bong_method, "BACKEND", "aot_eager")
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for rule, family, curvature in COMPILED_CELLS[:3]:
+            method = Bong(dim=5, classes=3, network="linear", rule=rule, family=family,
+                          curvature=curvature, samples=2, rank=2, compile=True)
+            method.update(method.init(), torch.rand(5), torch.tensor(0))

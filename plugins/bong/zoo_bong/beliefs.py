@@ -34,6 +34,10 @@ from zoo.gaussians import DiagonalGaussian, FullGaussian, Gaussian, LowRankPreci
 from zoo_bong.curvature import Curvature
 
 FAMILIES = ("fc", "fc-mom", "dg", "dg-mom", "dlr")
+#: The families held by a fixed set of tensors whose shapes no step changes (:meth:`Belief.parts`):
+#: mean and variances or precisions, and for dlr the ``P x L`` factor. A full-covariance belief's
+#: low-rank terms grow with every step until they are formed into the matrix.
+FIXED_SHAPE = ("dg", "dg-mom", "dlr")
 
 
 class BeliefError(ZooError, FloatingPointError):
@@ -57,6 +61,11 @@ def _cholesky(matrix: Tensor, family: str) -> Tensor:
 
 
 def _positive(values: Tensor, family: str) -> Tensor:
+    """``values``, or :class:`BeliefError` unless every one is positive and finite. Inside a
+    compiled update (:meth:`Belief.parts`), which cannot stop on a value, a failing entry
+    becomes NaN instead, which makes the update's result invalid."""
+    if torch.compiler.is_compiling():
+        return torch.where((values > 0) & (values < math.inf), values, math.nan)
     lo, hi = torch.aminmax(values.detach())  # one pass; a NaN fails the first comparison
     if not (float(lo) > 0 and float(hi) < math.inf):
         _refuse(family, "positive variances")
@@ -77,6 +86,21 @@ class Belief(ABC):
     def sample(self, n: int, generator: torch.Generator) -> Tensor:
         """``n`` draws ``[n, P]``."""
         return self.gaussian.sample(n, generator=generator)
+
+    def parts(self) -> tuple[Tensor, ...]:
+        """The tensors that hold the belief, of the same shapes after every step, for the families
+        of :data:`FIXED_SHAPE` (what a compiled update takes and returns)."""
+        raise NotImplementedError(f"the {self.family} belief changes shape as it is updated; "
+                                  f"only {', '.join(FIXED_SHAPE)} have fixed parts")
+
+    def with_parts(self, parts: tuple[Tensor, ...]) -> Belief:
+        """The belief of this family (and mean rule) held by ``parts`` (see :meth:`parts`)."""
+        raise NotImplementedError(f"only {', '.join(FIXED_SHAPE)} have fixed parts")
+
+    def valid(self) -> Tensor:
+        """A ``bool`` scalar: every part is finite and the variances (or precisions) positive."""
+        parts = self.parts()
+        return torch.stack([p.isfinite().all() for p in parts] + [(parts[1] > 0).all()]).all()
 
     @abstractmethod
     def dynamics(self, gamma: float, q: float) -> Belief:
@@ -443,6 +467,12 @@ class DiagNatural(Belief):
     def prec(self) -> Tensor:
         return self.gaussian.var.reciprocal()
 
+    def parts(self) -> tuple[Tensor, Tensor]:
+        return self.gaussian.mean, self.gaussian.var
+
+    def with_parts(self, parts: tuple[Tensor, ...]) -> DiagNatural:
+        return DiagNatural(DiagonalGaussian(*parts), self.mean_rule)
+
     def dynamics(self, gamma: float, q: float) -> DiagNatural:
         if gamma == 1 and q == 0:
             return self
@@ -488,6 +518,12 @@ class DiagMoment(Belief):
     @property
     def var(self) -> Tensor:
         return self.gaussian.var
+
+    def parts(self) -> tuple[Tensor, Tensor]:
+        return self.gaussian.mean, self.gaussian.var
+
+    def with_parts(self, parts: tuple[Tensor, ...]) -> DiagMoment:
+        return DiagMoment(DiagonalGaussian(*parts))
 
     def dynamics(self, gamma: float, q: float) -> DiagMoment:
         if gamma == 1 and q == 0:
@@ -571,6 +607,12 @@ class DiagLowRank(Belief):
     def w(self) -> Tensor:
         return self.gaussian.factor
 
+    def parts(self) -> tuple[Tensor, Tensor, Tensor]:
+        return self.gaussian.mean, self.gaussian.diag, self.gaussian.factor
+
+    def with_parts(self, parts: tuple[Tensor, ...]) -> DiagLowRank:
+        return DiagLowRank(LowRankPrecisionGaussian(*parts))
+
     def dynamics(self, gamma: float, q: float) -> DiagLowRank:
         # LO-FI's predict step (notes §1): exact when q = 0 or w = 0.
         if gamma == 1 and q == 0:
@@ -630,5 +672,7 @@ def prior_belief(family: str, mu: Tensor, variance: float | Tensor, rank: int = 
     if family == "dg-mom":
         return DiagMoment(DiagonalGaussian(mu, torch.ones_like(mu) * variance))
     if family == "dlr":
-        return DiagLowRank.make(mu, torch.ones_like(mu) / variance, mu.new_zeros(len(mu), rank))
+        # the factor in the layout every step leaves it in (the transpose of [L, P] rows), so a
+        # compiled update takes the prior and the stepped beliefs alike
+        return DiagLowRank.make(mu, torch.ones_like(mu) / variance, mu.new_zeros(rank, len(mu)).mT)
     raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")

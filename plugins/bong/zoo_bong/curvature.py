@@ -18,6 +18,7 @@ MC-EF, 1 for LIN-EF), or as a diagonal (MC-HESS with Hutchinson's estimator), ne
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -133,15 +134,13 @@ def monte_carlo(model: Model, likelihood: Likelihood, draws: Tensor, x: Tensor, 
     return Curvature(g, diag=(probes * hvp).mean(0))
 
 
-def compiled(model: Model, likelihood: Likelihood, kind: str, backend: str = "inductor"
-             ) -> Callable[[Tensor, Tensor, Tensor], Curvature]:
-    """The estimator ``kind`` (one of :data:`COMPILABLE`) as one ``torch.compile``-d program of
-    ``(mean or draws [M, P], x, y)``: the ``torch.func`` form of :func:`linearised` /
-    :func:`monte_carlo` (``vjp`` and its pullbacks ``vmap``-ed over the cotangents; ``vmap`` of
-    ``grad`` over the draws), traced once into one graph (``fullgraph``, static shapes: a stream's
-    updates reuse it, BLR's and BBB's iterates too) and fused by ``backend``. Its numbers are the
-    eager estimators' to rounding; the first call compiles (seconds). For constant inputs only
-    (no caller differentiates through it)."""
+def traceable(model: Model, likelihood: Likelihood, kind: str
+              ) -> Callable[[Tensor, Tensor, Tensor], Curvature]:
+    """The estimator ``kind`` (one of :data:`COMPILABLE`) as a function of ``(mean or draws
+    [M, P], x, y)`` that ``torch.compile`` traces into one graph: the ``torch.func`` form of
+    :func:`linearised` / :func:`monte_carlo` (``vjp`` and its pullbacks ``vmap``-ed over the
+    cotangents; ``vmap`` of ``grad`` over the draws), no autograd call and no host read. Its
+    numbers are the eager estimators' to rounding."""
     if kind not in COMPILABLE:
         raise ValueError(f"curvature {kind!r} cannot be compiled; compilable: "
                          f"{', '.join(COMPILABLE)}")
@@ -149,26 +148,62 @@ def compiled(model: Model, likelihood: Likelihood, kind: str, backend: str = "in
         def log_lik(theta: Tensor, x: Tensor, y: Tensor) -> Tensor:
             return likelihood.log_prob(model(theta, x), y)
 
-        def estimate(draws: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        def estimate(draws: Tensor, x: Tensor, y: Tensor) -> Curvature:
             grads = vmap(grad(log_lik), in_dims=(0, None, None))(draws, x, y)
-            return grads.mean(0), grads.mT / draws.shape[0] ** 0.5
-    else:
-        hessian = kind == "lin-hess"
+            return Curvature(grads.mean(0), root=grads.mT / draws.shape[0] ** 0.5)
+        return estimate
+    hessian = kind == "lin-hess"
 
-        def estimate(mean: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-            f, pullback = vjp(lambda theta: model(theta, x), mean)
-            score = likelihood.score(f, y)
-            if not hessian:
-                (g,) = pullback(score)
-                return g, g[:, None]
-            cotangents = torch.cat([score[None], likelihood.fisher_root(f).mT])
-            (rows,) = vmap(pullback)(cotangents)
-            return rows[0], rows[1:].mT
+    def linear(mean: Tensor, x: Tensor, y: Tensor) -> Curvature:
+        f, pullback = vjp(lambda theta: model(theta, x), mean)
+        score = likelihood.score(f, y)
+        if not hessian:
+            (g,) = pullback(score)
+            return Curvature(g, root=g[:, None])
+        cotangents = torch.cat([score[None], likelihood.fisher_root(f).mT])
+        (rows,) = vmap(pullback)(cotangents)
+        return Curvature(rows[0], root=rows[1:].mT)
+    return linear
 
-    program = torch.compile(estimate, backend=backend, dynamic=False, fullgraph=True)
+
+def compiled(model: Model, likelihood: Likelihood, kind: str, backend: str = "inductor"
+             ) -> Callable[[Tensor, Tensor, Tensor], Curvature]:
+    """:func:`traceable` as one ``torch.compile``-d program (``fullgraph``, static shapes: a
+    stream's updates reuse it, BLR's and BBB's iterates too), fused by ``backend``; the first call
+    compiles (seconds). For constant inputs only (no caller differentiates through it)."""
+    estimate = traceable(model, likelihood, kind)
+
+    def parts(at: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        curv = estimate(at, x, y)
+        return curv.g, curv.root
+
+    program = compile_own(parts, backend)
 
     def run(at: Tensor, x: Tensor, y: Tensor) -> Curvature:
         g, root = program(at.detach(), x.detach(), y)
         return Curvature(g, root=root)
 
     return run
+
+
+def compile_own(fn: Callable, backend: str = "inductor") -> Callable:
+    """``torch.compile(fn)`` (``fullgraph``, static shapes) over a copy of ``fn`` with a code object
+    of its own, guarded on its tensors' shapes, dtypes and strides only, with inductor's wrapper
+    in C++.
+
+    - Dynamo keeps compiled graphs, and counts them against its recompile limit (8), per code
+      object, so every method built from one closure would share one cache: a process that runs
+      a few configurations (a suite's cells, the speed benchmark's 68) would pass the limit,
+      which with ``fullgraph`` is an error. With its own code object each program caches only
+      its own graphs.
+    - What ``fn`` closes over (the network, the likelihood, the rule's settings) is fixed for the
+      program's life, so its guards on them (hundreds, walking the network's modules) can never
+      fail; ``torch.compiler.keep_tensor_guards_unsafe`` keeps only the tensors' guards, and
+      ``cpp_wrapper`` calls the kernels from C++ instead of a Python wrapper. Both take per-call
+      overhead away (a few dozen microseconds of an update's few hundred; ``bong.md``)."""
+    own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                             fn.__closure__)
+    options: dict[str, object] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+    if backend == "inductor":
+        options["cpp_wrapper"] = True
+    return torch.compile(own, backend=backend, dynamic=False, fullgraph=True, options=options)

@@ -27,13 +27,17 @@ from torch import Tensor
 from zoo import HParam, HyperParameterError, draw_seed
 from zoo.gaussians import predictive
 from zoo.tasks import Stream, StreamMethod
-from zoo_bong.beliefs import DG_MEANS, FAMILIES, Belief, prior_belief
-from zoo_bong.curvature import COMPILABLE, CURVATURES, Curvature, compiled, linearised, monte_carlo
+from zoo_bong.beliefs import DG_MEANS, FAMILIES, FIXED_SHAPE, Belief, prior_belief
+from zoo_bong.curvature import (COMPILABLE, CURVATURES, Curvature, compile_own, compiled,
+                               linearised, monte_carlo, traceable)
 from zoo_bong.likelihoods import Categorical, Gaussian
 from zoo_bong.networks import NETWORKS, build_network, flat_function, is_linear_stack
 from zoo_bong.rules import RULES, check_combination, update
 
 PREDICTIVES = ("plugin", "mc", "lin-mc")
+#: The ``torch.compile`` backend of ``compile = true`` (tests trace with ``aot_eager``, which
+#: builds the same graph without inductor's code generation).
+BACKEND = "inductor"
 UPDATE_SALT, PREDICT_SALT = 1, 2
 
 
@@ -45,6 +49,31 @@ class BongState:
     generator: torch.Generator
     predictive_seed: int
     seen: int = 0
+
+
+def traced_update(model: Callable[[Tensor, Tensor], Tensor], likelihood: Categorical | Gaussian,
+                  like: Belief, curvature: str, rule: str, alpha: float, iterations: int
+                  ) -> Callable[..., tuple[tuple[Tensor, ...], Tensor]]:
+    """What :meth:`Bong._compiled_update` compiles: ``(parts, noises, x, y) -> (parts, valid)``,
+    the rule's update of the belief of ``like``'s family held by ``parts`` (see
+    :meth:`~zoo_bong.beliefs.Belief.parts`) with the ``i``-th estimate's draws ``noises[i]``
+    (none for the LIN curvatures), and :meth:`~zoo_bong.beliefs.Belief.valid` of the result.
+    The program takes tensors only, so that its guards check only their shapes."""
+    estimator = traceable(model, likelihood, curvature)
+
+    def run(parts: tuple[Tensor, ...], noises: list[Tensor], x: Tensor, y: Tensor
+            ) -> tuple[tuple[Tensor, ...], Tensor]:
+        predicted = like.with_parts(parts)
+        draws = iter(noises)
+
+        def estimate(q: Belief) -> Curvature:
+            at = q.mu if not noises else q.gaussian.transform(next(draws))
+            return estimator(at, x, y)
+
+        belief = update(predicted, estimate, rule, alpha, iterations)
+        return belief.parts(), belief.valid()
+
+    return run
 
 
 class Bong(StreamMethod):
@@ -75,9 +104,10 @@ class Bong(StreamMethod):
         "predictive": HParam("plugin", choices=PREDICTIVES,
                              doc="plug-in at the mean, Monte Carlo, or linearised Monte Carlo"),
         "predictive_samples": HParam(32, ge=1, doc="draws of the mc and lin-mc predictives"),
-        "compile": HParam(False, doc="torch.compile the curvature estimator (mc-ef, lin-hess, "
-                          "lin-ef) into one program per method, compiled on the first update "
-                          "(seconds); the same numbers to rounding"),
+        "compile": HParam(False, doc="torch.compile the update (mc-ef, lin-hess, lin-ef) into "
+                          "one program per method, compiled on the first update (seconds): for "
+                          "dg, dg-mom and dlr the whole update, for fc and fc-mom the curvature "
+                          "estimator; the same numbers to rounding"),
         "noise_var": HParam(1.0, gt=0, doc="observation noise variance of the Gaussian "
                             "likelihood on a regression stream (unused on class streams)"),
     }
@@ -103,6 +133,7 @@ class Bong(StreamMethod):
         theta, self._f = flat_function(self.network)
         self._batched = is_linear_stack(self.network)  # f_one maps [K, P] too
         self._compiled: Callable[[Tensor, Tensor, Tensor], Curvature] | None = None
+        self._program: Callable[..., tuple[tuple[Tensor, ...], Tensor]] | None = None
         self.register_buffer("theta0", theta)
         self.likelihood = (Gaussian(torch.full((1, 1), float(h["noise_var"]), dtype=theta.dtype))
                            if classes == 0 else Categorical())
@@ -122,13 +153,14 @@ class Bong(StreamMethod):
         belief = prior_belief(h["family"], self.theta0, h["prior_var"], h["rank"], h["dg_mean"])
         return BongState(belief, torch.Generator().manual_seed(0), 0)
 
-    def curvature(self, q: Belief, x: Tensor, y: Tensor, generator: torch.Generator
-                  ) -> Curvature:
-        """``(g, G)`` of one observation under ``q`` by the ``curvature`` estimator."""
+    def curvature(self, q: Belief, x: Tensor, y: Tensor, generator: torch.Generator,
+                  eager: bool = False) -> Curvature:
+        """``(g, G)`` of one observation under ``q`` by the ``curvature`` estimator (with
+        ``compile = true`` and not ``eager``, by its compiled program)."""
         kind = self.hparams["curvature"]
-        if self.hparams["compile"]:
+        if self.hparams["compile"] and not eager:
             if self._compiled is None:  # compiled on the first update, not at construction
-                self._compiled = compiled(self.f_one, self.likelihood, kind)
+                self._compiled = compiled(self.f_one, self.likelihood, kind, BACKEND)
             at = q.mu if kind.startswith("lin") else q.sample(self.hparams["samples"], generator)
             return self._compiled(at, x, y)
         if kind.startswith("lin"):
@@ -144,9 +176,38 @@ class Bong(StreamMethod):
         if self.classes == 0:
             y = y.to(self.theta0).reshape(1)
         predicted = state.belief.dynamics(h["gamma"], h["q"])
-        belief = update(predicted, lambda q: self.curvature(q, x, y, state.generator),
-                        h["rule"], h["alpha"], h["iterations"])
+        if h["compile"] and h["family"] in FIXED_SHAPE:
+            belief = self._compiled_update(predicted, x, y, state.generator)
+        else:
+            belief = update(predicted, lambda q: self.curvature(q, x, y, state.generator),
+                            h["rule"], h["alpha"], h["iterations"])
         return BongState(belief, state.generator, state.predictive_seed, state.seen + 1)
+
+    def _compiled_update(self, predicted: Belief, x: Tensor, y: Tensor,
+                         generator: torch.Generator) -> Belief:
+        """The update of a fixed-shape belief (:data:`~zoo_bong.beliefs.FIXED_SHAPE`) as one
+        ``torch.compile``-d program: the curvature of every iterate, the steps and their checks,
+        with one host read of :meth:`~zoo_bong.beliefs.Belief.valid` at the end. MC-EF's noise
+        is drawn here, before the program, as the eager update draws it (so the generator's
+        stream and the draws are the same). An update the program finds invalid is made again
+        eagerly from the same draws, which raises the error that names what failed."""
+        h = self.hparams
+        if self._program is None:  # compiled on the first update, not at construction
+            self._program = compile_own(traced_update(
+                self.f_one, self.likelihood, predicted, h["curvature"], h["rule"], h["alpha"],
+                h["iterations"]), BACKEND)
+        start = generator.get_state()
+        mu = predicted.mu
+        noises = ([] if h["curvature"].startswith("lin") else
+                  [torch.randn(h["samples"], predicted.gaussian.noise_dim, generator=generator,
+                               dtype=mu.dtype, device=mu.device)
+                   for _ in range(h["iterations"])])
+        parts, valid = self._program(predicted.parts(), noises, x, y)
+        if bool(valid):
+            return predicted.with_parts(parts)
+        generator.set_state(start)
+        return update(predicted, lambda q: self.curvature(q, x, y, generator, eager=True),
+                      h["rule"], h["alpha"], h["iterations"])
 
     def predict(self, state: BongState, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         kind, q = self.hparams["predictive"], state.belief.gaussian
