@@ -29,8 +29,11 @@ swamps the updates' own arithmetic. So the script first has ``malloc`` keep free
 (:func:`keep_freed_memory`; ``--default-malloc`` leaves it). One thread on both sides:
 ``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1`` and ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
 intra_op_parallelism_threads=1`` (set before JAX is imported). ``--compile`` times the zoo's
-cells with ``compile = true`` (the MC-EF, LIN-HESS and LIN-EF curvatures as one
-``torch.compile``-d program) and prints the first update's seconds, which include compiling.
+cells with ``compile = true`` (for dg, dg-mom and dlr the whole MC-EF, LIN-HESS or LIN-EF update as
+one ``torch.compile``-d program, for fc and fc-mom the curvature) and prints the first update's
+seconds, which include compiling. Last, one ``P x P`` Cholesky factorisation is timed in torch and
+in JAX, interleaved (:func:`cholesky_times`): the factorisation that both codes compute once per
+BOG-FC-mom MC-EF update.
 
 Setup (JAX and the authors' code stay outside the zoo's environment)::
 
@@ -110,7 +113,7 @@ def zoo_cell(rule: str, family: str, curvature: str, data, warm: int, compile: b
              ) -> tuple[Callable[[], None], Bong, float]:
     """The zoo's cell after ``warm`` updates, a call that makes its next update (of the stream
     ``data``) from the belief the previous one left, and the first update's seconds (with
-    ``compile``, the curvature's compilation; MC-HESS is never compiled)."""
+    ``compile``, the compilation; MC-HESS is never compiled)."""
     torch.manual_seed(0)
     dg_mean = "vd-ekf" if (rule, family, curvature) == ("bong", "dg", "lin-hess") else "ngd"
     method = Bong(dim=DIM, classes=CLASSES, network="mlp", rule=rule, family=family,
@@ -180,6 +183,27 @@ def jax_cell(jax, modules, rule: str, family: str, curvature: str, theta0, data,
     return advance
 
 
+def cholesky_times(jax, p: int, repeats: int) -> tuple[float, float]:
+    """Median seconds of one ``p x p`` float64 Cholesky factorisation in torch
+    (``linalg.cholesky_ex``, the zoo's) and in jitted JAX (``jnp.linalg.cholesky``, what the
+    authors' full-covariance MC cells sample with), interleaved: the factorisation both codes
+    compute once per BOG-FC-mom MC-EF update."""
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(p, p, generator=gen, dtype=torch.float64)
+    a = a @ a.T / p + torch.eye(p, dtype=torch.float64)
+    ja = jax.numpy.asarray(a.numpy())
+    factor = jax.jit(jax.numpy.linalg.cholesky)
+    factor(ja).block_until_ready()
+    sides: tuple[list[float], list[float]] = ([], [])
+    calls = (lambda: torch.linalg.cholesky_ex(a), lambda: factor(ja).block_until_ready())
+    for _ in range(repeats):
+        for side, call in zip(sides, calls):
+            start = time.perf_counter()
+            call()
+            side.append(time.perf_counter() - start)
+    return statistics.median(sides[0]), statistics.median(sides[1])
+
+
 def load() -> str:
     return "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -242,6 +266,9 @@ def main() -> None:
     print(f"\nzoo at or below the authors' time in {at_or_below} of {len(times)} cells")
     print(f"the zoo's first update (compile = {args.compile}): {min(compile_s):.2f}-"
           f"{max(compile_s):.2f} s, {sum(compile_s):.1f} s over the cells")
+    t, j = cholesky_times(jax, len(method.theta0), args.repeats)
+    print(f"one P x P Cholesky factorisation: torch {1000 * t:.3f} ms, JAX {1000 * j:.3f} ms, "
+          f"torch / JAX {t / j:.2f}")
 
 
 if __name__ == "__main__":
