@@ -186,7 +186,11 @@ def compiled(model: Model, likelihood: Likelihood, kind: str, backend: str = "in
     return run
 
 
-def compile_own(fn: Callable, backend: str = "inductor") -> Callable:
+#: The ``torch.compile`` options of :func:`compile_own` (``cpp_wrapper`` with inductor only).
+LEAN = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe, "cpp_wrapper": True}
+
+
+def compile_own(fn: Callable, backend: str = "inductor", options: dict | None = None) -> Callable:
     """``torch.compile(fn)`` (``fullgraph``, static shapes) over a copy of ``fn`` with a code object
     of its own, guarded on its tensors' shapes, dtypes and strides only, with inductor's wrapper
     in C++.
@@ -200,10 +204,12 @@ def compile_own(fn: Callable, backend: str = "inductor") -> Callable:
       program's life, so its guards on them (hundreds, walking the network's modules) can never
       fail; ``torch.compiler.keep_tensor_guards_unsafe`` keeps only the tensors' guards, and
       ``cpp_wrapper`` calls the kernels from C++ instead of a Python wrapper. Both take per-call
-      overhead away (a few dozen microseconds of an update's few hundred; ``bong.md``)."""
+      overhead away (50-90 microseconds of an update's few hundred on the BONG cells that
+      ``benchmarks/bong/compile_options.py`` times; ``bong.md``). ``options`` replaces
+      :data:`LEAN` (that script's comparison)."""
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
                              fn.__closure__)
-    options: dict[str, object] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
-    if backend == "inductor":
-        options["cpp_wrapper"] = True
-    return torch.compile(own, backend=backend, dynamic=False, fullgraph=True, options=options)
+    chosen = dict(LEAN if options is None else options)
+    if backend != "inductor":
+        chosen.pop("cpp_wrapper", None)
+    return torch.compile(own, backend=backend, dynamic=False, fullgraph=True, options=chosen)
