@@ -154,3 +154,38 @@ def test_the_low_rank_sum_forms_the_matrix_it_stands_for():
     one = beliefs._PlusLowRank(base).plus(rows[:1], scale[:1])  # rank one: formed by addr
     torch.testing.assert_close(one.dense(), base + scale[0] * torch.outer(rows[0], rows[0]),
                                rtol=0, atol=1e-12)
+
+
+def test_downdating_steps_after_sampling_carry_a_square_root_of_the_covariance(monkeypatch):
+    # fc-mom's plain-gradient step from a sampled belief (MC-EF) multiplies the held square root
+    # S by (I - c V V^T)^{1/2}, V = S^-1 root, instead of factorising the new covariance; with
+    # the fold at rank 4 a stream of rank-2 steps factorises every third step. Along the stream
+    # S S^T is the dense recursion's covariance, draws are mu + S z, and every belief still held
+    # keeps its own root
+    monkeypatch.setattr(beliefs, "FOLD_RANK", 4)
+    mu, cov, _ = _problem(2, seed=7)
+    q = FullMoment(FullGaussian.from_moments(mu, cov))
+    gen = torch.Generator().manual_seed(8)
+    q.sample(1, gen)  # factorised, as an MC curvature's sampling leaves it
+    stream, want, roots = [q], [(mu, cov)], []
+    for _ in range(6):
+        curv = Curvature(torch.randn(P, generator=gen, dtype=DT),
+                         root=0.3 * torch.randn(P, 2, generator=gen, dtype=DT))
+        q = q.gradient_step(curv, 0.05)
+        roots.append(q.__dict__.get("_root"))
+        stream.append(q)
+        want.append(_dense("fc-mom", "gradient", *want[-1], curv, 0.05))
+        q.sample(1, gen)
+    assert [r is not None for r in roots] == [True, True, False, True, True, False]
+    for belief, (want_mu, want_cov) in zip(stream, want):
+        torch.testing.assert_close(belief.mu, want_mu, rtol=0, atol=1e-10)
+        torch.testing.assert_close(belief.cov, want_cov, rtol=0, atol=1e-10)
+        root = belief.__dict__.get("_root")
+        if root is not None:
+            square = root.draws(torch.zeros(P, dtype=DT), torch.eye(P, dtype=DT)).T
+            torch.testing.assert_close(square @ square.T, want_cov, rtol=0, atol=1e-10)
+            torch.testing.assert_close(root.solve(square), torch.eye(P, dtype=DT),
+                                       rtol=0, atol=1e-10)
+            z = torch.randn(3, P, generator=torch.Generator().manual_seed(9), dtype=DT)
+            draws = belief.sample(3, torch.Generator().manual_seed(9))
+            torch.testing.assert_close(draws, want_mu + z @ square.T, rtol=0, atol=1e-12)

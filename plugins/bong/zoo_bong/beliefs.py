@@ -192,6 +192,59 @@ class _PlusLowRank:
                             torch.cat([self.scale, scale]))
 
 
+class _Root:
+    """A square root ``S`` of a covariance (``S S^T = Sigma``) held as
+    ``L (I + V_1 F_1 V_1^T) ... (I + V_n F_n V_n^T)``: ``L`` a Cholesky factor and each factor the
+    symmetric square root of ``I - c V V^T``, what a downdate ``Sigma - c R R^T`` of rank ``M``
+    multiplies ``S`` by (``V = S^-1 R``, :meth:`downdated`).
+
+    Checking the downdate and sampling from its result through ``S`` takes two ``O(P^2 M)``
+    passes over ``L`` and ``O(P M^2)`` per factor, where a new Cholesky factorisation takes
+    ``O(P^3)``. The factors' total rank stays at most :data:`FOLD_RANK`; past it the caller
+    factorises the covariance again. Nothing is changed in place."""
+
+    __slots__ = ("tril", "factors")
+
+    def __init__(self, tril: Tensor, factors: tuple[tuple[Tensor, Tensor, Tensor], ...] = ()):
+        self.tril, self.factors = tril, factors
+
+    @property
+    def rank(self) -> int:
+        return sum(v.shape[1] for v, _, _ in self.factors)
+
+    def draws(self, mean: Tensor, z: Tensor) -> Tensor:
+        """``mean + S z`` for the rows of ``z [n, P]``, as rows (``z A_n ... A_1 L^T``: the
+        factors are symmetric), the last product one ``addmm`` as for a Cholesky factor."""
+        for v, f, _ in reversed(self.factors):
+            z = torch.addmm(z, (z @ v) @ f, v.mT)
+        return torch.addmm(mean, z, self.tril.mT)
+
+    def solve(self, r: Tensor) -> Tensor:
+        """``S^-1 r`` for columns ``r [P, n]``: each factor's inverse is ``I + V H V^T``."""
+        x = torch.linalg.solve_triangular(self.tril, r, upper=False)
+        for v, _, h in self.factors:
+            x = torch.addmm(x, v, h @ (v.mT @ x))
+        return x
+
+    def downdated(self, r: Tensor, c: float, family: str) -> _Root:
+        """The square root ``S (I - c V V^T)^{1/2}`` of ``S S^T - c r r^T`` (``V = S^-1 r``), or
+        :class:`BeliefError` unless that is positive definite, which it is exactly when every
+        eigenvalue ``lambda`` of ``V^T V`` has ``1 - c lambda > 0``. With ``V^T V = Q diag(lambda)
+        Q^T`` and ``s = sqrt(1 - c lambda)``, ``(I - c V V^T)^{1/2} = I + V F V^T`` with
+        ``F = Q diag(-c / (1 + s)) Q^T`` and its inverse ``I + V H V^T`` with
+        ``H = Q diag(c / (s (1 + s))) Q^T``, neither dividing by ``lambda``."""
+        v = self.solve(r)
+        lam, q = torch.linalg.eigh(v.mT @ v)
+        one = 1 - c * lam
+        lo, hi = torch.aminmax(one)  # a NaN fails the first comparison
+        if not (float(lo) > 0 and float(hi) < math.inf):
+            _refuse(family, "positive definiteness")
+        s = one.sqrt()
+        f = (q * (-c / (1 + s))) @ q.mT
+        h = (q * (c / (s * (1 + s)))) @ q.mT
+        return _Root(self.tril, self.factors + ((v, f, h),))
+
+
 class _Full(Belief):
     """A full-covariance belief held by its mean and covariance ``Sigma`` (and the precision
     ``Lambda`` where a step needs it), each a :class:`_PlusLowRank`.
@@ -284,14 +337,20 @@ class _Full(Belief):
         return _cholesky(self.cov, self.family)
 
     def sample(self, n: int, generator: torch.Generator) -> Tensor:
-        """``n`` draws ``mu + L z`` (``L L^T = Sigma``) as one ``[n, P] x [P, P]`` product."""
+        """``n`` draws ``mu + S z`` for a square root ``S`` of ``Sigma``: the Cholesky factor
+        (one ``[n, P] x [P, P]`` product) or, where a downdating step left one, its
+        :class:`_Root`."""
         z = torch.randn(n, len(self.mu), generator=generator, dtype=self.mu.dtype,
                         device=self.mu.device)
+        root = self.__dict__.get("_root")
+        if root is not None and "chol" not in self.__dict__:
+            return root.draws(self.mu, z)
         return torch.addmm(self.mu, z, self.chol.mT)
 
     def _factorised(self) -> bool:
-        """Whether :attr:`chol` has been computed (by sampling, for an MC curvature)."""
-        return "chol" in self.__dict__  # where functools.cached_property keeps it
+        """Whether a square root of ``Sigma`` is held (:attr:`chol`, computed by sampling for
+        an MC curvature, or a :class:`_Root`)."""
+        return "chol" in self.__dict__ or "_root" in self.__dict__
 
     def dynamics(self, gamma: float, q: float) -> _Full:
         if gamma == 1 and q == 0:
@@ -420,7 +479,11 @@ class FullMoment(_Full):
             cov = self._sigma.plus(root.mT, root.new_full((k,), -0.5 * alpha))
             if self._factorised():
                 new = self._stepped(mu, cov)
-                new.__dict__["chol"] = _cholesky(new.cov, self.family)
+                held = self.__dict__.get("_root") or _Root(self.chol)
+                if held.rank + k > FOLD_RANK:
+                    new.__dict__["chol"] = _cholesky(new.cov, self.family)
+                else:
+                    new.__dict__["_root"] = held.downdated(root, 0.5 * alpha, self.family)
                 return new
             lam_root_t = self._lambda.times(root.mT)  # (Lambda root)^T
             s = lam_root_t @ root
