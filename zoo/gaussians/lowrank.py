@@ -6,7 +6,6 @@ operation costs ``O(P L^2 + L^3)`` through the ``L x L`` capacitance ``C = I + W
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 

@@ -257,8 +257,9 @@ class _Full(Belief):
     one product of ``K + 1`` rows with ``Sigma``, with positive definiteness decided on the
     capacitance. All but one of these steps need ``Sigma`` alone; the fc-mom plain-gradient step
     subtracts from ``Sigma`` and so needs ``Lambda root`` for its check, unless sampling has
-    factorised ``Sigma`` (MC-EF): then the check is the Cholesky factorisation of the new
-    ``Sigma``, which the next step samples with. Where it needs ``Lambda``, that step updates it
+    factorised ``Sigma`` (MC-EF): then the step multiplies the held square root of ``Sigma`` by
+    the downdate's (:class:`_Root`), which decides positive definiteness on an ``M x M`` Gram
+    matrix and which the next step samples with. Where it needs ``Lambda``, that step updates it
     too (by Woodbury, factorising once if the belief does not hold it); every other step drops it.
     An iterate of BLR or BBB away from the predicted belief mixes the two precisions
     ``(1 - alpha) Lambda + alpha Lambda_0``, which is not low-rank: that step is dense
@@ -469,9 +470,10 @@ class FullMoment(_Full):
                       ) -> FullMoment:
         # mu += a g_VI, Sigma += a G_VI / 2. From the prior itself Sigma' = Sigma - (a / 2)
         # root root^T, positive definite exactly when S = (2 / a) I - root^T Lambda root is.
-        # With Sigma factorised (sampled from: MC-EF) the check is the Cholesky factorisation of
-        # Sigma' itself, which the next step samples with; otherwise S comes from Lambda, which
-        # the step then carries by Woodbury, Lambda' = Lambda + (Lambda root) S^-1 (Lambda root)^T.
+        # With a square root of Sigma held (sampled from: MC-EF) the check is that of its
+        # downdate (_Root.downdated), whose square root the next step samples with; past
+        # FOLD_RANK the new Sigma is factorised instead. Otherwise S comes from Lambda, which the
+        # step then carries by Woodbury, Lambda' = Lambda + (Lambda root) S^-1 (Lambda root)^T.
         if prior is None or prior is self:
             root = curv.root
             k = root.shape[1]

@@ -28,8 +28,16 @@ from zoo import HParam, HyperParameterError, draw_seed
 from zoo.gaussians import predictive
 from zoo.tasks import Stream, StreamMethod
 from zoo_bong.beliefs import DG_MEANS, FAMILIES, FIXED_SHAPE, Belief, prior_belief
-from zoo_bong.curvature import (COMPILABLE, CURVATURES, Curvature, compile_own, compiled,
-                               linearised, monte_carlo, traceable)
+from zoo_bong.curvature import (
+    COMPILABLE,
+    CURVATURES,
+    Curvature,
+    compile_own,
+    compiled,
+    linearised,
+    monte_carlo,
+    traceable,
+)
 from zoo_bong.likelihoods import Categorical, Gaussian
 from zoo_bong.networks import NETWORKS, build_network, flat_function, is_linear_stack
 from zoo_bong.rules import RULES, check_combination, update
