@@ -60,15 +60,15 @@ def _cholesky(matrix: Tensor, family: str) -> Tensor:
     return chol
 
 
-def _positive(values: Tensor, family: str) -> Tensor:
-    """``values``, or :class:`BeliefError` unless every one is positive and finite. Inside a
-    compiled update (:meth:`Belief.parts`), which cannot stop on a value, a failing entry
-    becomes NaN instead, which makes the update's result invalid."""
+def _positive(values: Tensor, family: str, what: str = "positive variances") -> Tensor:
+    """``values``, or :class:`BeliefError` (the belief lost ``what``) unless every one is positive
+    and finite. Inside a compiled update (``Bong``'s ``compile = true``), which cannot stop on a
+    value, a failing entry becomes NaN instead, which makes the update's result invalid."""
     if torch.compiler.is_compiling():
         return torch.where((values > 0) & (values < math.inf), values, math.nan)
     lo, hi = torch.aminmax(values.detach())  # one pass; a NaN fails the first comparison
     if not (float(lo) > 0 and float(hi) < math.inf):
-        _refuse(family, "positive variances")
+        _refuse(family, what)
     return values
 
 
@@ -235,11 +235,7 @@ class _Root:
         ``H = Q diag(c / (s (1 + s))) Q^T``, neither dividing by ``lambda``."""
         v = self.solve(r)
         lam, q = torch.linalg.eigh(v.mT @ v)
-        one = 1 - c * lam
-        lo, hi = torch.aminmax(one)  # a NaN fails the first comparison
-        if not (float(lo) > 0 and float(hi) < math.inf):
-            _refuse(family, "positive definiteness")
-        s = one.sqrt()
+        s = _positive(1 - c * lam, family, "positive definiteness").sqrt()
         f = (q * (-c / (1 + s))) @ q.mT
         h = (q * (c / (s * (1 + s)))) @ q.mT
         return _Root(self.tril, self.factors + ((v, f, h),))
